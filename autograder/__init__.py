@@ -1,0 +1,1 @@
+"""Grades submitted notebooks against the reference package ``tfm_solution``."""
