@@ -6,7 +6,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 export PATH := $(abspath $(BIN)):$(PATH)
-export MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 
 .PHONY: env book test test-fast clean
 

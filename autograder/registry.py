@@ -1,0 +1,107 @@
+"""The exercise registry: the one table that names every graded exercise of the course.
+
+Generation (``make chapters``), the grader, the tests and the README's exercise table all
+read this table; nothing else repeats it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One graded exercise.
+
+    Attributes:
+        id: stable identifier, ``"chNN.name"``.
+        chapter: the chapter folder under ``solutions/`` and ``chapters/`` (= nbgrader assignment).
+        notebook: the notebook file inside that folder.
+        name: the top-level name the student defines (function or class).
+        kind: ``"function"`` or ``"module"`` (an ``nn.Module`` subclass).
+        signature: as shown to the student.
+        points: the exercise's weight.
+        solution_grade_id: nbgrader ``grade_id`` of the cell holding the answer.
+        test_grade_id: nbgrader ``grade_id`` of the graded (hidden) test cell.
+        reference: ``"module:attr"`` of the reference implementation in ``tfm_solution``.
+        prerequisites: names the exercise may use, injected from ``tfm_solution`` when grading.
+        time_budget_s: CPU seconds one graded call may take before it counts as too slow.
+        memory_budget_mb: address-space limit of the grading worker.
+        mistakes: the declared mistakes the grader names when an output matches one.
+        banned: library shortcuts reported by the policy check for this exercise.
+    """
+
+    id: str
+    chapter: str
+    notebook: str
+    name: str
+    kind: Literal["function", "module"]
+    signature: str
+    points: int
+    solution_grade_id: str
+    test_grade_id: str
+    reference: str
+    prerequisites: tuple[str, ...] = ()
+    time_budget_s: float = 10.0
+    memory_budget_mb: int = 2048
+    mistakes: tuple[str, ...] = ()
+    banned: tuple[str, ...] = ()
+
+
+REGISTRY: tuple[Exercise, ...] = (
+    Exercise(
+        id="ch03.attention",
+        chapter="03_attention",
+        notebook="attention.ipynb",
+        name="attention",
+        kind="function",
+        signature="attention(query, key, value, mask=None, dropout=None) -> (output, p_attn)",
+        points=6,
+        solution_grade_id="ch03-attention",
+        test_grade_id="ch03-attention-tests",
+        reference="tfm_solution.attention:attention",
+        mistakes=(
+            "missing_scale",
+            "scale_by_d_k",
+            "softmax_wrong_axis",
+            "inverted_mask",
+            "mask_after_softmax",
+            "neg_inf_nan_rows",
+            "no_transpose",
+        ),
+        banned=("scaled_dot_product_attention", "MultiheadAttention"),
+    ),
+    Exercise(
+        id="ch03.softmax_saturation",
+        chapter="03_attention",
+        notebook="attention.ipynb",
+        name="softmax_saturation",
+        kind="function",
+        signature="softmax_saturation(query, key, scaled=True) -> torch.Tensor",
+        points=4,
+        solution_grade_id="ch03-softmax-saturation",
+        test_grade_id="ch03-softmax-saturation-tests",
+        reference="tfm_solution.attention:softmax_saturation",
+        mistakes=("ignores_scaled_flag", "min_instead_of_max"),
+        banned=("scaled_dot_product_attention",),
+    ),
+)
+
+
+def by_id(exercise_id: str) -> Exercise:
+    """The exercise with this id; ``KeyError`` if there is none."""
+    for exercise in REGISTRY:
+        if exercise.id == exercise_id:
+            return exercise
+    raise KeyError(exercise_id)
+
+
+def by_chapter(chapter: str) -> list[Exercise]:
+    """The exercises of one chapter folder, in registry order."""
+    return [e for e in REGISTRY if e.chapter == chapter]
+
+
+def chapters() -> list[str]:
+    """Chapter folders that have exercises, in order."""
+    return sorted({e.chapter for e in REGISTRY})
