@@ -4,7 +4,7 @@ Modules follow the chapters: embeddings, positional_encoding, attention, masks, 
 feed_forward, norm, encoder_decoder (with ``make_model``), schedule.
 """
 
-from .attention import attention
+from .attention import attention, softmax_saturation
 from .cloning import clones
 from .embeddings import Embeddings
 from .encoder_decoder import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, Generator, make_model
@@ -35,5 +35,6 @@ __all__ = [
     "positional_encoding",
     "rate",
     "rotation_matrix",
+    "softmax_saturation",
     "subsequent_mask",
 ]

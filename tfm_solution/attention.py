@@ -50,3 +50,30 @@ def attention(
     if dropout is not None:
         p_attn = dropout(p_attn)
     return torch.matmul(p_attn, value), p_attn
+
+
+def softmax_saturation(query: torch.Tensor, key: torch.Tensor, scaled: bool = True) -> torch.Tensor:
+    """The largest attention weight of each query row: how close softmax is to one-hot.
+
+    Dot products of random unit-variance vectors have variance ``d_k``; without the
+    ``1/sqrt(d_k)`` factor the scores spread out as ``d_k`` grows, softmax puts almost all
+    weight on one key and its gradient vanishes. This number makes that visible.
+
+    Args:
+        query: ``(..., len_q, d_k)``.
+        key: ``(..., len_k, d_k)``, broadcastable with ``query`` in the leading dimensions.
+        scaled: divide the scores by ``sqrt(d_k)`` first, as attention does.
+
+    Returns:
+        ``(..., len_q)``: ``softmax(q k^T [/ sqrt(d_k)]).max(-1)``, each value in ``[1/len_k, 1]``.
+    """
+    if query.dim() < 2 or key.dim() < 2:
+        raise ValueError(
+            f"query and key need at least 2 dimensions (..., len, d_k); got {tuple(query.shape)} and {tuple(key.shape)}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(f"query and key must share d_k (last dimension); got {query.size(-1)} and {key.size(-1)}")
+    scores = torch.matmul(query, key.transpose(-2, -1))
+    if scaled:
+        scores = scores / math.sqrt(query.size(-1))
+    return scores.softmax(dim=-1).amax(dim=-1)
