@@ -80,3 +80,16 @@ def test_make_model_passes_dropout_to_attention(kernel):
     assert not torch.allclose(attn(x, x, x), attn(x, x, x))
     attn.eval()
     torch.testing.assert_close(attn(x, x, x), attn(x, x, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sdpa_fully_masked_row_with_very_negative_scores_is_finite(dtype):
+    # Scores of -400 pushed past the finite minimum would overflow to -inf if the kernel
+    # added the mask in the input dtype; the whole row would then become NaN.
+    from tfm_solution.multihead import sdpa_attention
+
+    q = torch.full((1, 1, 2, 16), 10.0, dtype=dtype)
+    k = -q
+    for keep in ([False, False], [True, False]):
+        out = sdpa_attention(q, k, k, torch.tensor(keep).view(1, 1, 1, 2), 0.0)
+        assert torch.isfinite(out).all()
