@@ -1,0 +1,191 @@
+"""Chapter 9 — training (训练): label smoothing (标签平滑), the loss computation, Adam with the
+warm-up schedule, and ``run_epoch`` with gradient accumulation (梯度累积).
+
+``Batch`` (chapter 4) and ``rate`` (the schedule) are re-exported from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from .masks import Batch
+from .schedule import rate
+
+__all__ = [
+    "Batch", "LabelSmoothing", "SimpleLossCompute", "TrainState", "autocast", "distributed_context",
+    "make_optimizer", "rate", "run_epoch", "select_device",
+]
+
+
+class LabelSmoothing(nn.Module):
+    """KL divergence to a smoothed target distribution, summed over tokens.
+
+    The true class gets ``1 - smoothing``; the remaining mass is spread over ``size - 2``
+    classes (not the true class, not padding); the padding column is 0; rows whose label is
+    padding are all 0 and add nothing. The sum runs only where the target is positive, so a
+    ``-inf`` log-probability under a zero target never makes ``0 * -inf = NaN``.
+
+    Shapes: x ``(n, size)`` log-probabilities, target ``(n,)`` ids  ->  scalar.
+    """
+
+    def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0) -> None:
+        super().__init__()
+        if size < 3:
+            raise ValueError(f"size must be >= 3 (a true class, padding and one more), got {size}")
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+        self.padding_idx = padding_idx
+        self.confidence = 1.0 - smoothing
+        self.smoothing = smoothing
+        self.size = size
+        self.true_dist: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.size(1) != self.size or target.shape != x.shape[:1]:
+            raise ValueError(f"expected x (n, {self.size}) and target (n,), got {tuple(x.shape)}, {tuple(target.shape)}")
+        true_dist = torch.full_like(x, self.smoothing / (self.size - 2), dtype=torch.float32)
+        true_dist.scatter_(1, target.unsqueeze(1), self.confidence)
+        true_dist[:, self.padding_idx] = 0
+        true_dist[target == self.padding_idx] = 0
+        self.true_dist = true_dist
+        positive = true_dist > 0
+        log_q = x.float().masked_fill(~positive, 0.0)
+        return (torch.xlogy(true_dist, true_dist) - true_dist * log_q).sum()
+
+
+class SimpleLossCompute:
+    """Generator + criterion; ``(x, y, norm) -> (loss summed over tokens, loss per token to backprop)``.
+
+    Shapes: x ``(batch, len, d_model)`` decoder states, y ``(batch, len)`` labels.
+    """
+
+    def __init__(self, generator: nn.Module, criterion: nn.Module) -> None:
+        self.generator = generator
+        self.criterion = criterion
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, norm: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.generator(x)
+        sloss = self.criterion(x.reshape(-1, x.size(-1)), y.reshape(-1)) / norm
+        return sloss.detach() * norm, sloss
+
+
+@dataclass
+class TrainState:
+    """Counters across epochs (a fresh one per run: never a shared default instance)."""
+
+    step: int = 0  # micro-batches seen
+    accum_step: int = 0  # optimizer steps taken
+    samples: int = 0
+    tokens: int = 0
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """``auto`` picks cuda, then mps, then cpu; any other name is used as given."""
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (the matmuls run in bf16, the loss stays float32); a no-op elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def make_optimizer(model: nn.Module, d_model: int, factor: float = 1.0, warmup: int = 4000
+                   ) -> tuple[torch.optim.Adam, LambdaLR]:
+    """The paper's Adam (betas 0.9/0.98, eps 1e-9) with base lr 1 scaled by ``rate`` each step."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = LambdaLR(optimizer, lr_lambda=lambda step: rate(step, d_model, factor, warmup))
+    return optimizer, scheduler
+
+
+def run_epoch(
+    data_iter: Iterable[Batch],
+    model: nn.Module,
+    loss_compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: LambdaLR | None = None,
+    mode: str = "train",
+    accum_iter: int = 1,
+    train_state: TrainState | None = None,
+    device: torch.device | None = None,
+    on_step: Callable[[TrainState, float], bool] | None = None,
+) -> tuple[float, TrainState]:
+    """One pass over ``data_iter``; returns (loss per target token, the updated state).
+
+    ``mode="train"``: each micro-batch's loss is divided by ``accum_iter`` before ``backward``;
+    the optimizer and the scheduler step once per ``accum_iter`` micro-batches (and once more for
+    a final partial group), so the update equals that of one batch ``accum_iter`` times larger.
+    ``mode="eval"``: no gradients. ``on_step(state, loss)`` runs after each optimizer step and
+    may return True to stop early.
+    """
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    if accum_iter < 1:
+        raise ValueError(f"accum_iter must be >= 1, got {accum_iter}")
+    train = mode == "train"
+    state = train_state if train_state is not None else TrainState()
+    device = device or next(model.parameters()).device
+    total_loss, total_tokens, pending = 0.0, 0, 0
+
+    def optimizer_step(loss: float) -> bool:
+        nonlocal pending
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        state.accum_step += 1
+        pending = 0
+        return bool(on_step and on_step(state, loss))
+
+    with torch.set_grad_enabled(train):
+        for batch in data_iter:
+            batch = batch.to(device)
+            with autocast(device):
+                out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+                loss, loss_node = loss_compute(out, batch.tgt_y, batch.ntokens)
+            total_loss += float(loss)
+            total_tokens += int(batch.ntokens)
+            if not train:
+                continue
+            (loss_node / accum_iter).backward()
+            state.step += 1
+            state.samples += batch.src.size(0)
+            state.tokens += int(batch.ntokens)
+            pending += 1
+            if pending == accum_iter and optimizer_step(float(loss_node.detach())):
+                break
+        if train and pending:
+            optimizer_step(float(loss_node.detach()))
+    return total_loss / max(total_tokens, 1), state
+
+
+@contextlib.contextmanager
+def distributed_context(backend: str | None = None):
+    """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1); yields (rank, world size).
+
+    gloo on CPU, nccl on CUDA. Outside ``torchrun`` it yields ``(0, 1)`` and does nothing.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1 or dist.is_initialized():
+        yield (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        return
+    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+    try:
+        yield dist.get_rank(), dist.get_world_size()
+    finally:
+        dist.destroy_process_group()
+
