@@ -1,0 +1,69 @@
+"""Command line: ``python -m autograder grade | grade-batch | gradescope-zip``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+from autograder.results import error_results, table, to_gradescope, write_results
+
+
+def _grade(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    try:
+        from autograder.grade import grade_path
+        from autograder.extract import SubmissionError
+
+        try:
+            report = grade_path(args.submission, chapter=args.chapter, seed=args.seed, public_only=args.public_only)
+        except SubmissionError as exc:
+            results = error_results(str(exc), time.monotonic() - start)
+            results["tests"][0]["name"] = "could not read the submission"
+            results["output"] = str(exc)
+            write_results(results, args.results)
+            print(f"could not read the submission: {exc}")
+            return 0
+    except Exception:  # noqa: BLE001 - the grader failed: results must still exist
+        message = traceback.format_exc()
+        write_results(error_results(f"```\n{message}\n```", time.monotonic() - start), args.results)
+        print(message, file=sys.stderr)
+        return 2
+    write_results(to_gradescope(report), args.results)
+    print(table(report))
+    print(f"\nresults written to {args.results} ({report.execution_time:.1f} s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    grade = commands.add_parser("grade", help="grade one submission (notebook, folder or zip)")
+    grade.add_argument("submission")
+    grade.add_argument("--chapter", help="grade this chapter's exercises (e.g. 03); missing ones score 0")
+    grade.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
+    grade.add_argument("--public-only", action="store_true", help="run only the public cases")
+    grade.add_argument("--seed", type=int, help="replay a run with the seed it recorded")
+    grade.set_defaults(run=_grade)
+
+    batch = commands.add_parser("grade-batch", help="grade every submission in a folder, in parallel")
+    batch.add_argument("folder")
+    batch.add_argument("--out", default="grades.csv")
+    batch.add_argument("--chapter")
+    batch.add_argument("--jobs", type=int, default=0, help="parallel submissions (default: CPU count)")
+    batch.add_argument("--results-dir", help="also keep each submission's results.json here")
+    batch.set_defaults(run=lambda a: __import__("autograder.batch", fromlist=["run"]).run(a))
+
+    package = commands.add_parser("gradescope-zip", help="build the Gradescope autograder package")
+    package.add_argument("--chapter", required=True)
+    package.add_argument("--out", help="zip path (default: gradescope-chNN.zip)")
+    package.add_argument("--wheels", help="folder of wheels to ship (default: download the pinned ones)")
+    package.set_defaults(run=lambda a: __import__("autograder.gradescope", fromlist=["run"]).run(a))
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Reading submissions and extracting the code an exercise is graded on.
+
+A submission is a notebook, a folder of notebooks or a zip of them. Nothing in it is
+executed here, and nothing from it but code-cell sources ever reaches a worker: outputs,
+metadata, test cells and other files are dropped. Tests never come from the submission.
+
+Which code is graded: from every code cell, its imports, function and class definitions
+and call-free assignments (so helpers and constants defined elsewhere still work, but
+visible tests, plots and training loops do not run); from the exercise's answer cell
+(found by nbgrader ``grade_id``, else the last cell defining the exercise's name) every
+statement. Cells run in notebook order, so the last definition wins, as in a kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import nbformat
+
+from autograder.registry import Exercise
+
+MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_ZIP_MEMBERS = 2000
+MAX_ZIP_TOTAL_BYTES = 200 * 1024 * 1024
+MAX_NOTEBOOKS = 64
+_MAGIC = re.compile(r"^\s*[%!]")
+_KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+class SubmissionError(Exception):
+    """The submission (or one file of it) cannot be read; the message is for the student."""
+
+
+@dataclass
+class Cell:
+    """One code cell as the grader sees it."""
+
+    index: int
+    source: str
+    grade_id: str | None
+    is_test: bool
+
+
+@dataclass
+class Notebook:
+    """A readable submitted notebook: where it came from and its code cells."""
+
+    name: str
+    cells: list[Cell]
+
+
+@dataclass
+class Unreadable:
+    """A submitted notebook that could not be read, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class Extraction:
+    """The code chunks one exercise's worker runs, plus what the student should be told."""
+
+    chunks: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    answer_source: str = ""
+    error: str | None = None
+
+    def digest(self) -> str:
+        """Hash of the answer code: the same answer gives the same fresh inputs everywhere."""
+        return hashlib.sha256("\0".join(c["source"] for c in self.chunks).encode()).hexdigest()
+
+
+def _meta(cell) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
+    """Parse notebook bytes (any nbformat version); never raises for bad content."""
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return Unreadable(name, f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - any parser failure means "unreadable"
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        return Unreadable(name, f"could not read notebook: {first}")
+    cells = []
+    for index, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(str(s) for s in source)
+        meta = _meta(cell)
+        grade_id = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
+        is_test = (meta.get("grade") is True and meta.get("solution") is not True) or (
+            "grade_in_notebook" in source or "BEGIN HIDDEN TESTS" in source)
+        cells.append(Cell(index, str(source), grade_id, is_test))
+    return Notebook(name, cells)
+
+
+def cells_from_history(history: list[str]) -> Notebook:
+    """A notebook made of a kernel's input history (``In``): the hook's fallback."""
+    cells = [Cell(i, src, None, "grade_in_notebook" in src or "BEGIN HIDDEN TESTS" in src)
+             for i, src in enumerate(history) if isinstance(src, str) and src.strip()]
+    return Notebook("kernel history", cells)
+
+
+def read_submission(path: str | Path) -> list[Notebook | Unreadable]:
+    """Every notebook of a submission: a ``.ipynb``, a folder (searched recursively) or a zip."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*.ipynb")
+                       if ".ipynb_checkpoints" not in p.parts and not p.is_symlink() and p.is_file())
+        if not found:
+            raise SubmissionError("no notebook (.ipynb) found in the submission")
+        return [parse_notebook(str(p.relative_to(path)), _read_capped(p)) for p in found[:MAX_NOTEBOOKS]]
+    if zipfile.is_zipfile(path):
+        return _read_zip(path)
+    if path.is_file():
+        return [parse_notebook(path.name, _read_capped(path))]
+    raise SubmissionError(f"{path.name}: no such file or folder")
+
+
+def _read_capped(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(MAX_NOTEBOOK_BYTES + 1)
+
+
+def _read_zip(path: Path) -> list[Notebook | Unreadable]:
+    """Notebooks straight from the archive, never extracted: no paths, links or bombs reach disk."""
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_ZIP_MEMBERS:
+            raise SubmissionError(f"the zip holds {len(members)} files; at most {MAX_ZIP_MEMBERS} are accepted")
+        if sum(m.file_size for m in members) > MAX_ZIP_TOTAL_BYTES:
+            raise SubmissionError("the zip expands to more than 200 MB")
+        notebooks: list[Notebook | Unreadable] = []
+        for member in members:
+            name = PurePosixPath(member.filename.replace("\\", "/"))
+            is_link = (member.external_attr >> 16) & 0o170000 == 0o120000
+            if (member.is_dir() or is_link or name.suffix != ".ipynb" or ".ipynb_checkpoints" in name.parts
+                    or "__MACOSX" in name.parts):
+                continue
+            clean = "/".join(p for p in name.parts if p not in ("", ".", "..", "/"))
+            if member.file_size > MAX_NOTEBOOK_BYTES:
+                notebooks.append(Unreadable(clean, "the file is larger than the size cap"))
+                continue
+            with archive.open(member) as handle:
+                notebooks.append(parse_notebook(clean, handle.read(MAX_NOTEBOOK_BYTES + 1)))
+            if len(notebooks) >= MAX_NOTEBOOKS:
+                break
+    if not notebooks:
+        raise SubmissionError("no notebook (.ipynb) found in the zip")
+    return notebooks
+
+
+def _strip_magics(source: str) -> str:
+    """IPython magics and shell escapes are not Python; blank them, keeping line numbers."""
+    return "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
+
+
+def _defines(node: ast.stmt, name: str) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+    return False
+
+
+def _is_kept(node: ast.stmt) -> bool:
+    if isinstance(node, _KEPT):
+        return True
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.Lambda)) for n in ast.walk(node.value))
+    return False
+
+
+def find_notebook(notebooks: list[Notebook | Unreadable], exercise: Exercise) -> Notebook | Unreadable | None:
+    """The submitted notebook holding this exercise: by answer grade_id, then by file name."""
+    readable = [nb for nb in notebooks if isinstance(nb, Notebook)]
+    for nb in readable:
+        if any(c.grade_id == exercise.solution_grade_id for c in nb.cells):
+            return nb
+    for nb in notebooks:
+        if PurePosixPath(nb.name).name == exercise.notebook:
+            return nb
+    for nb in readable:
+        for cell in nb.cells:
+            if not cell.is_test and re.search(rf"^(def|class)\s+{re.escape(exercise.name)}\b", cell.source, re.M):
+                return nb
+    return None
+
+
+def extract(nb: Notebook, exercise: Exercise) -> Extraction:
+    """The code this exercise is graded on (see the module docstring)."""
+    result = Extraction()
+    parsed: list[tuple[Cell, list[ast.stmt] | None, str]] = []
+    for cell in nb.cells:
+        if cell.is_test:
+            continue
+        source = _strip_magics(cell.source)
+        try:
+            tree = ast.parse(source)
+            parsed.append((cell, tree.body, source))
+        except SyntaxError as exc:
+            parsed.append((cell, None, f"line {exc.lineno}: {exc.msg}"))
+    answers = [p for p in parsed if p[0].grade_id == exercise.solution_grade_id]
+    if len(answers) > 1:
+        result.notes.append(f"{len(answers)} cells carry the answer id `{exercise.solution_grade_id}`; the last one was used")
+    answer = answers[-1] if answers else None
+    if answer is None:
+        defining = [p for p in parsed if p[1] is not None and any(_defines(n, exercise.name) for n in p[1])]
+        answer = defining[-1] if defining else None
+        if answer is not None:
+            result.notes.append(f"no cell has the answer id `{exercise.solution_grade_id}` "
+                                f"(metadata edited?); graded the cell defining `{exercise.name}`")
+    if answer is None:
+        result.error = f"no definition of `{exercise.name}` was found in the notebook"
+        return result
+    if answer[1] is None:
+        result.error = f"your answer cell has a syntax error ({answer[2]}); Python cannot run it"
+        return result
+    for cell, body, source in parsed:
+        label = f"cell {cell.index + 1}"
+        if body is None:
+            result.notes.append(f"{label} has a syntax error ({source}) and was skipped")
+            continue
+        if cell is answer[0]:
+            result.chunks.append({"label": label, "source": source})
+            result.answer_source = source
+            continue
+        kept = [n for n in body if _is_kept(n)]
+        if kept:
+            lines = source.splitlines()
+            # Keep the original line numbers, so tracebacks point at the student's lines.
+            text = ["" for _ in lines]
+            for node in kept:
+                for i in range(node.lineno - 1, node.end_lineno):
+                    text[i] = lines[i]
+                for deco in getattr(node, "decorator_list", []):
+                    for i in range(deco.lineno - 1, node.lineno - 1):
+                        text[i] = lines[i]
+            result.chunks.append({"label": label, "source": "\n".join(text)})
+            if cell.index > answer[0].index and any(_defines(n, exercise.name) for n in kept):
+                result.notes.append(f"`{exercise.name}` is defined again in {label}, after the answer cell; "
+                                    "as in a kernel, the last definition was graded")
+    return result
+

@@ -1,0 +1,335 @@
+"""The harness: grade a submission's exercises in sandboxed workers, judge here.
+
+For each exercise: extract its code (``extract``), start one worker loaded with it
+(``sandbox``), send the cases' inputs (``cases``), rebuild each answer from bytes, and
+compare it with the reference computed in this process (``compare``). A failing case gets
+a diagnosis when the answer matches a declared mistake (``mistakes``). A worker that dies,
+hangs or cheats the protocol fails the case it was on, and grading goes on in a fresh one.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import inspect
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from autograder import worker as wire
+from autograder.cases import CASES, FALLBACK_REFERENCES, Case
+from autograder.compare import close, compare
+from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
+from autograder.mistakes import MISTAKES, mistake_function
+from autograder.registry import REGISTRY, Exercise
+from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths
+
+BLOCKED_PACKAGES = ("tfm_solution", "autograder")
+
+
+@dataclass
+class TestResult:
+    """One line of the results: Gradescope's test fields."""
+
+    name: str
+    score: float
+    max_score: float
+    output: str
+    visibility: str = "visible"
+
+    @property
+    def status(self) -> str:
+        return "passed" if self.score >= self.max_score else "failed"
+
+
+@dataclass
+class Report:
+    """Everything a grading run found: per-test results plus run-level facts."""
+
+    tests: list[TestResult] = field(default_factory=list)
+    seeds: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    execution_time: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tests), 4)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(t.max_score for t in self.tests), 4)
+
+    def exercise_score(self, exercise_id: str) -> float:
+        return round(sum(t.score for t in self.tests if t.name.startswith(exercise_id + " ")), 4)
+
+
+def resolve(target: str):
+    """``"package.module:attr"`` -> the object."""
+    module, _, attr = target.partition(":")
+    found = getattr(importlib.import_module(module), attr, None)
+    return found if found is not None else FALLBACK_REFERENCES[target]
+
+
+def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]:
+    """Source, names and module layout of the prerequisites a worker receives.
+
+    Only the listed objects travel (their source and their module's imports), never a whole
+    module of ``tfm_solution``, so the reference of the exercise under test stays out.
+    """
+    own = exercise.reference.partition(":")[2]
+    imports: dict[str, None] = {}
+    bodies, names, modules = [], [], {}
+    for target in exercise.prerequisites:
+        module_name, _, attr = target.partition(":")
+        if attr == own and module_name == exercise.reference.partition(":")[0]:
+            raise ValueError(f"{exercise.id}: an exercise cannot be its own prerequisite")
+        module = importlib.import_module(module_name)
+        for node in ast.parse(inspect.getsource(module)).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                text = ast.unparse(node)
+                if "__future__" not in text and "tfm_solution" not in text and not getattr(node, "level", 0):
+                    imports[text] = None
+        bodies.append(inspect.getsource(getattr(module, attr)))
+        names.append(attr)
+        modules.setdefault(module_name, []).append(attr)
+    if names:
+        modules["tfm_solution"] = list(names)
+    return "\n".join([*imports, *bodies]), names, modules
+
+
+def default_seed(exercise: Exercise, extraction: Extraction) -> int:
+    """Fresh inputs per submission: a hash of the answer code and the course's secret salt."""
+    salt = os.environ.get("AUTOGRADER_SALT", "")
+    digest = hashlib.sha256(f"{salt}|{exercise.id}|{extraction.digest()}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def _pack_args(case: Case) -> tuple[list, dict, list[bytes]]:
+    buffers: list[bytes] = []
+    cap = wire.MAX_FRAME_BYTES
+
+    def pack(value):
+        if isinstance(value, dict):
+            return value  # a module stand-in, sent as its description
+        return wire.pack_value(value, buffers, cap)
+
+    return [pack(a) for a in case.args], {k: pack(v) for k, v in case.kwargs.items()}, buffers
+
+
+def _local_args(case: Case) -> tuple[tuple, dict]:
+    args = tuple(wire.build_module_arg(a) for a in case.args)
+    return args, {k: wire.build_module_arg(v) for k, v in case.kwargs.items()}
+
+
+def _expected(fn, case: Case):
+    args, kwargs = _local_args(case)
+    with torch.no_grad():
+        return _plain(fn(*args, **kwargs))
+
+
+def _plain(value):
+    """The reference's result as the worker would send it (tuples, detached tensors)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(v) for v in value)
+    return value.detach().contiguous() if isinstance(value, torch.Tensor) else value
+
+
+def _diagnose(exercise: Exercise, case: Case, got) -> list[str]:
+    """Names of declared mistakes whose output on this case equals the submission's."""
+    found = []
+    for name in exercise.mistakes:
+        try:
+            wrong = _expected(mistake_function(exercise.id, name, exercise.name), case)
+        except Exception:  # noqa: BLE001, S112 - a mistake that cannot run on these inputs matches nothing
+            continue
+        if close(got, wrong, case.rtol, case.atol) or _same_nan_pattern(got, wrong):
+            found.append(f"**Diagnosis: {name}**: {MISTAKES[exercise.id][name].message}.")
+    return found
+
+
+def _same_nan_pattern(got, wrong) -> bool:
+    """NaN never equals NaN, but NaN in the same places as a known mistake is that mistake."""
+    if isinstance(got, tuple) and isinstance(wrong, tuple) and len(got) == len(wrong):
+        pairs = list(zip(got, wrong, strict=True))
+    else:
+        pairs = [(got, wrong)]
+    tensors = [(g, w) for g, w in pairs if isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor)]
+    return bool(tensors) and any(bool(w.isnan().any()) for _, w in tensors) and all(
+        g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan())
+        and torch.allclose(g.nan_to_num(), w.nan_to_num(), rtol=1e-4, atol=1e-5) for g, w in tensors)
+
+
+def _policy(exercise: Exercise, extraction: Extraction) -> TestResult | None:
+    """Library shortcuts for the exercise under test: reported apart, worth no points."""
+    if not exercise.banned:
+        return None
+    try:
+        tree = ast.parse(extraction.answer_source)
+    except SyntaxError:
+        return None
+    used = sorted({n for node in ast.walk(tree) for n in (getattr(node, "attr", None), getattr(node, "id", None))
+                   if n in exercise.banned})
+    text = (f"Your answer calls {', '.join(f'`{u}`' for u in used)}: this exercise asks you to write it yourself. "
+            "Points are not deducted automatically; your instructor sees this line." if used
+            else "No library shortcut for this exercise was used.")
+    return TestResult(f"{exercise.id} policy: no library shortcut", 0.0, 0.0, text)
+
+
+def _case_name(exercise: Exercise, case: Case) -> str:
+    return f"{exercise.id} {'public' if case.public else 'hidden'}: {case.title}"
+
+
+def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public_only: bool,
+                   limits: Limits, hide: list[str], report: Report) -> None:
+    """Grade one exercise of one notebook into ``report``."""
+    extraction = extract(nb, exercise)
+    seed = default_seed(exercise, extraction) if seed is None else seed
+    report.seeds[exercise.id] = seed
+    all_cases = CASES[exercise.id](seed)
+    weight = exercise.points / len(all_cases)
+    cases = [c for c in all_cases if c.public] if public_only else all_cases
+    notes = list(extraction.notes)
+    if extraction.error:
+        for case in cases:
+            report.tests.append(TestResult(_case_name(exercise, case), 0.0, weight, extraction.error))
+        return
+    reference = resolve(exercise.reference)
+    provided_source, provided_names, provided_modules = _provided(exercise)
+    setup = {"chunks": extraction.chunks, "name": exercise.name, "provided_source": provided_source,
+             "provided_names": provided_names, "provided_modules": provided_modules,
+             "blocked": list(BLOCKED_PACKAGES)}
+    exercise_limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
+    deadline = time.monotonic() + 3 * exercise_limits.call_timeout_s + exercise_limits.start_timeout_s
+    worker, slow, printed = None, [], []
+    try:
+        for number, case in enumerate(cases):
+            name = _case_name(exercise, case)
+            if time.monotonic() > deadline:
+                report.tests.append(TestResult(name, 0.0, weight, "not run: the exercise used up its time limit "
+                                               "(earlier cases timed out)"))
+                continue
+            try:
+                if worker is None:
+                    worker = Worker(setup, exercise_limits, hide)
+                    if worker.ready.get("errors"):
+                        notes += [f"error while running your code: {e}" for e in worker.ready["errors"]]
+                    if not worker.ready.get("found"):
+                        raise _NotDefined(f"`{exercise.name}` is not defined after running your code"
+                                          + ("" if worker.ready.get("errors") else
+                                             " (is the answer cell still a stub?)"))
+                args, kwargs, buffers = _pack_args(case)
+                request = {"id": f"{number}-{seed}", "seed": seed + number, "args": args, "kwargs": kwargs}
+                reply, out, seconds = worker.call(request, buffers)
+            except WorkerDied as died:
+                printed.append(worker.captured_output() if worker else "")
+                worker = None
+                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{died.reason}; "
+                                               "the remaining cases run in a fresh worker"))
+                continue
+            except _NotDefined as missing:
+                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{missing}"))
+                continue
+            report.tests.append(_judge(exercise, case, name, weight, reference, reply, out))
+            if reply.get("ok") and seconds > exercise.time_budget_s:
+                slow.append(f"{case.title}: {seconds:.2f} s")
+    finally:
+        if worker is not None:
+            printed.append(worker.captured_output())
+            worker.kill()
+    policy = _policy(exercise, extraction)
+    if policy:
+        report.tests.append(policy)
+    if slow:
+        report.tests.append(TestResult(f"{exercise.id} performance", 0.0, 0.0,
+                                       f"correct or not, these calls took longer than the budget of "
+                                       f"{exercise.time_budget_s:g} s (not counted as wrong): " + "; ".join(slow)))
+    output = "".join(printed).strip()
+    if output:
+        notes.append("your code printed:\n\n```\n" + output[:2000].replace("```", "'''")
+                     + ("\n[... truncated ...]" if len(output) > 2000 else "") + "\n```")
+    if notes:
+        report.tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "\n\n".join(notes)))
+
+
+class _NotDefined(Exception):
+    pass
+
+
+def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
+           out: list[bytes]) -> TestResult:
+    """Score one case from the worker's reply (plain data) against the live reference."""
+    lines = [f"Checked: {case.checks}."]
+    if case.public:
+        lines.append("Inputs: " + ", ".join(_shape(a) for a in case.args)
+                     + "".join(f", {k}={_shape(v)}" for k, v in case.kwargs.items()))
+    if not reply.get("ok"):
+        error = str(reply.get("error", "unknown error"))
+        if error.startswith("NotImplementedError"):
+            return TestResult(name, 0.0, weight, "\n\n".join(lines + ["not implemented yet (the stub raises "
+                                                                       "`NotImplementedError`)"]))
+        return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"your code raised `{error}`"]))
+    try:
+        got = wire.unpack_value(reply.get("value"), out)
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
+        return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
+    expected = _expected(reference, case)
+    verdict = compare(got, expected, case.rtol, case.atol)
+    if verdict.ok:
+        return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
+    diagnosis = _diagnose(exercise, case, got)
+    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(verdict.lines), *diagnosis]))
+
+
+def _shape(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, dict):
+        return f"a dropout stand-in multiplying by {value.get('factor')}"
+    return repr(value)
+
+
+def select_exercises(notebooks: list, chapter: str | None) -> list[tuple[Exercise, Notebook | Unreadable | None]]:
+    """The exercises to grade and the notebook each one is in (``None``: not submitted)."""
+    if chapter is not None:
+        wanted = [e for e in REGISTRY if e.chapter == chapter or e.chapter.split("_")[0] == chapter.zfill(2)]
+        if not wanted:
+            raise ValueError(f"no exercises for chapter {chapter!r}")
+        return [(e, find_notebook(notebooks, e)) for e in wanted]
+    return [(e, nb) for e in REGISTRY if (nb := find_notebook(notebooks, e)) is not None]
+
+
+def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int | None = None,
+               public_only: bool = False, limits: Limits | None = None,
+               only: str | None = None) -> Report:
+    """Grade a notebook, folder or zip. ``only`` restricts to one exercise id (the hook)."""
+    start = time.monotonic()
+    report = Report()
+    limits = limits or Limits()
+    notebooks = read_submission(path)
+    hide = hidden_paths([Path(path).resolve().parent if Path(path).is_file() else Path(path).resolve()])
+    chosen = select_exercises(notebooks, chapter)
+    if only is not None:
+        chosen = [(e, nb) for e, nb in chosen if e.id == only] or [
+            (e, find_notebook(notebooks, e)) for e in REGISTRY if e.id == only]
+    if not chosen:
+        report.notes.append("no exercise of the course was found in this submission")
+    unreadable_done: set[str] = set()
+    for exercise, nb in chosen:
+        if isinstance(nb, Notebook):
+            grade_exercise(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide, report=report)
+            continue
+        name = f"{exercise.id} could not read notebook" if isinstance(nb, Unreadable) else f"{exercise.id} missing"
+        why = nb.reason if isinstance(nb, Unreadable) else f"no notebook with `{exercise.name}` was submitted " \
+                                                             f"(expected {exercise.notebook})"
+        report.tests.append(TestResult(name, 0.0, float(exercise.points), why))
+        if isinstance(nb, Unreadable):
+            unreadable_done.add(nb.name)
+    for nb in notebooks:
+        if isinstance(nb, Unreadable) and nb.name not in unreadable_done and only is None:
+            report.tests.append(TestResult(f"could not read notebook {nb.name}", 0.0, 0.0, nb.reason))
+    report.execution_time = time.monotonic() - start
+    return report

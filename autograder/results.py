@@ -1,0 +1,100 @@
+"""Gradescope's ``results.json`` and the readable table printed next to it.
+
+The harness writes results once, after every worker is dead, to a path no worker can
+see. The JSON schema below is the subset of Gradescope's format we emit; every file we
+write is validated against it in the self-tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from autograder.grade import Report, TestResult
+
+GRADESCOPE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["score", "execution_time", "output", "tests"],
+    "additionalProperties": False,
+    "properties": {
+        "score": {"type": "number", "minimum": 0},
+        "execution_time": {"type": "number", "minimum": 0},
+        "output": {"type": "string"},
+        "output_format": {"enum": ["text", "html", "simple_format", "md", "ansi"]},
+        "visibility": {"enum": ["visible", "hidden", "after_due_date", "after_published"]},
+        "stdout_visibility": {"enum": ["visible", "hidden", "after_due_date", "after_published"]},
+        "extra_data": {"type": "object"},
+        "tests": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "score", "max_score", "status", "output", "visibility"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "score": {"type": "number", "minimum": 0},
+                    "max_score": {"type": "number", "minimum": 0},
+                    "status": {"enum": ["passed", "failed"]},
+                    "output": {"type": "string"},
+                    "output_format": {"enum": ["text", "html", "simple_format", "md", "ansi"]},
+                    "visibility": {"enum": ["visible", "hidden", "after_due_date", "after_published"]},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+
+ERROR_TEST = "autograder error (not your fault)"
+
+
+def to_gradescope(report: Report) -> dict:
+    """The results dictionary Gradescope reads."""
+    summary = f"Score: {report.score:g} / {report.max_score:g}"
+    return {
+        "score": report.score,
+        "execution_time": round(report.execution_time, 3),
+        "output": "\n\n".join([summary, *report.notes]),
+        "output_format": "md",
+        "stdout_visibility": "hidden",
+        "extra_data": {"seeds": report.seeds, "max_score": report.max_score},
+        "tests": [_test(t) for t in report.tests],
+    }
+
+
+def _test(test: TestResult) -> dict:
+    return {"name": test.name, "score": round(test.score, 4), "max_score": round(test.max_score, 4),
+            "status": test.status, "output": test.output, "output_format": "md", "visibility": test.visibility}
+
+
+def error_results(message: str, execution_time: float = 0.0) -> dict:
+    """Results for a run in which the grader itself failed: still valid, still visible."""
+    return {"score": 0.0, "execution_time": round(execution_time, 3),
+            "output": "The autograder failed; your instructor has been shown the error.", "output_format": "md",
+            "tests": [{"name": ERROR_TEST, "score": 0.0, "max_score": 0.0, "status": "failed",
+                       "output": message[-4000:], "output_format": "md", "visibility": "visible"}]}
+
+
+def write_results(results: dict, path: str | os.PathLike) -> None:
+    """Write atomically (temp file + rename), so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(results, handle, indent=2)
+    os.replace(tmp, path)
+
+
+def table(report: Report) -> str:
+    """A fixed-width table of the tests, followed by the feedback of each failed one."""
+    rows = [(t.name, f"{t.score:g}/{t.max_score:g}", "ok" if t.status == "passed" else "FAIL")
+            for t in report.tests]
+    width = max([len(r[0]) for r in rows] + [20])
+    lines = [f"{'test':<{width}}  {'points':>9}  status", "-" * (width + 19)]
+    lines += [f"{n:<{width}}  {p:>9}  {s}" for n, p, s in rows]
+    lines += ["-" * (width + 19), f"{'total':<{width}}  {f'{report.score:g}/{report.max_score:g}':>9}"]
+    details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.max_score == 0]
+    return "\n".join(lines + details + ([""] + report.notes if report.notes else []))

@@ -1,0 +1,256 @@
+"""Starting, talking to and killing grading workers (the harness side of the boundary).
+
+A worker is ``python -I -S autograder/worker.py`` started with an allow-listed environment
+and stdin from /dev/null, in its own session. Where the operating system allows it, it is
+also started by ``unshare`` in fresh network, mount and PID namespaces (as root directly,
+otherwise inside a user namespace): no network, the harness's files hidden under empty
+mounts, and killing the namespace's first process kills every process the submission made.
+Otherwise the process group is killed, and the report says the isolation was weaker.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder import worker as wire
+
+WORKER_SCRIPT = Path(wire.__file__).resolve()
+REPO_ROOT = WORKER_SCRIPT.parent.parent
+OUTPUT_CAP = 16 * 1024  # characters of a worker's stdout/stderr kept for the feedback
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one worker may use. ``call_timeout_s`` is wall time per graded call."""
+
+    memory_mb: int = 3072
+    cpu_s: int = 60
+    file_mb: int = 16
+    nproc: int = 256
+    call_timeout_s: float = 10.0
+    start_timeout_s: float = 30.0
+    max_result_bytes: int = 64 * 1024 * 1024
+
+
+class WorkerDied(Exception):
+    """The worker ended, timed out or broke the protocol; ``reason`` says which, for humans."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@functools.cache
+def isolation() -> tuple[list[str], bool, str]:
+    """(command prefix, drop to nobody, description) for the strongest isolation that works here."""
+    unshare = shutil.which("unshare")
+    if unshare and sys.platform.startswith("linux"):
+        base = [unshare, "--net", "--mount", "--pid", "--fork", "--kill-child"]
+        root = os.geteuid() == 0
+        prefix = base if root else [*base[:1], "--user", "--map-root-user", *base[1:]]
+        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=20, check=False)
+        if probe.returncode == 0:
+            who = "runs as nobody" if root else "runs without privileges in a user namespace"
+            return prefix, root, f"namespaces (no network, harness files hidden, own PIDs); {who}"
+    return [], False, "process group and resource limits only (namespaces unavailable): network not blocked"
+
+
+def _site_paths() -> list[str]:
+    """The interpreter's standard library and site-packages, nothing project-local."""
+    keys = ("stdlib", "platstdlib", "purelib", "platlib")
+    paths = [sysconfig.get_path(k) for k in keys]
+    zipped = [p for p in sys.path if p.endswith(".zip")]
+    lib_dynload = [p for p in sys.path if p.endswith("lib-dynload")]
+    return list(dict.fromkeys(zipped + paths[:2] + lib_dynload + paths[2:]))
+
+
+def covered_paths() -> dict[str, list[str]]:
+    """Folders that hide everything but the interpreter (e.g. a private home holding pyenv).
+
+    A worker that runs as ``nobody`` cannot enter a folder without world execute permission;
+    the first such ancestor of the interpreter's prefix is replaced by an empty folder into
+    which only the prefix is mounted back (which also hides the rest of that home folder).
+    """
+    cover: dict[str, list[str]] = {}
+    for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
+        for ancestor in reversed(prefix.parents):
+            if ancestor != Path("/") and not ancestor.stat().st_mode & 0o001:
+                cover.setdefault(str(ancestor), []).append(str(prefix))
+                break
+    return cover
+
+
+def hidden_paths(extra: list[str | os.PathLike]) -> list[str]:
+    """Directories a worker must not see: the harness, the reference, tests, submissions, results."""
+    keep = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    covered = covered_paths()
+    candidates = [REPO_ROOT / name for name in ("autograder", "tfm_solution", "tests", "solutions", "chapters")]
+    candidates += [Path(p) for p in extra] + [Path("/root"), Path("/home")]
+    hide = []
+    for path in candidates:
+        path = path.resolve()
+        # Hiding a folder that holds the interpreter would hide the interpreter too.
+        if path.is_dir() and not any(k == path or path in k.parents for k in keep) and str(path) not in covered:
+            hide.append(str(path))
+    return list(dict.fromkeys(hide))
+
+
+@dataclass
+class Worker:
+    """One worker process, loaded with one exercise's code.
+
+    ``setup`` is the first frame: the code chunks to run, the name to grade, the
+    prerequisites' source, the blocked packages (see ``worker.main``).
+    """
+
+    setup: dict
+    limits: Limits
+    hide: list[str]
+    ready: dict = field(default_factory=dict)
+    output: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        prefix, nobody, _ = isolation()
+        self._scratch = None if prefix else tempfile.mkdtemp(prefix="grade-worker-")
+        req_r, self._req_w = os.pipe()
+        self._resp_r, resp_w = os.pipe()
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "HOME": "/tmp" if prefix else self._scratch, "TMPDIR": "/tmp" if prefix else self._scratch,
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        cmd = [*prefix, sys.executable, "-I", "-S", str(WORKER_SCRIPT), str(req_r), str(resp_w)]
+        self._started = time.monotonic()
+        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, cwd=self._scratch or "/", pass_fds=(req_r, resp_w), start_new_session=True,
+        )
+        os.close(req_r)
+        os.close(resp_w)
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        frame = dict(self.setup, isolate=bool(prefix), nobody=nobody, hide=self.hide, cover=covered_paths(),
+                     cwd="/tmp" if prefix else self._scratch, sys_path=_site_paths(),
+                     max_result_bytes=self.limits.max_result_bytes,
+                     limits={"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
+                             "file_mb": self.limits.file_mb, "nproc": self.limits.nproc})
+        try:
+            wire.write_all(self._req_w, wire.encode_frame(frame, []))
+            self.ready, _ = self._receive(self.limits.start_timeout_s)
+        except WorkerDied:
+            self.kill()
+            raise
+
+    def _drain(self) -> None:
+        """Keep the first OUTPUT_CAP characters of the worker's output; discard the rest."""
+        kept = 0
+        for raw in iter(lambda: self.proc.stdout.read(8192), b""):
+            if kept < OUTPUT_CAP:
+                text = raw.decode("utf-8", "replace")[: OUTPUT_CAP - kept]
+                self.output.append(text)
+                kept += len(text)
+                if kept >= OUTPUT_CAP:
+                    self.output.append("\n[... output truncated ...]")
+
+    def call(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes], float]:
+        """Send one graded call; (reply, buffers, wall seconds). Raises ``WorkerDied``."""
+        start = time.monotonic()
+        try:
+            wire.write_all(self._req_w, wire.encode_frame(dict(request, buffers=[len(b) for b in buffers]), buffers))
+        except OSError as exc:
+            raise WorkerDied(self._death("died before answering")) from exc
+        reply, out = self._receive(self.limits.call_timeout_s)
+        if reply.get("id") != request["id"]:
+            raise WorkerDied("answered out of turn (a forged or stale reply)")
+        return reply, out, time.monotonic() - start
+
+    def _receive(self, timeout: float) -> tuple[dict, list[bytes]]:
+        deadline = time.monotonic() + timeout
+        data = bytearray()
+
+        def need(n: int) -> bytes:
+            while len(data) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerDied(self._death(f"timed out after {timeout:g} s"))
+                ready, _, _ = select.select([self._resp_r], [], [], left)
+                if ready:
+                    chunk = os.read(self._resp_r, 1 << 20)
+                    if not chunk:
+                        raise WorkerDied(self._death("died before answering"))
+                    data.extend(chunk)
+                    if len(data) > wire.MAX_FRAME_BYTES + 4096:
+                        raise WorkerDied("sent more data than allowed")
+            return bytes(data[:n])
+
+        (n,) = wire._LEN.unpack(need(4))
+        if n > 1 << 20:
+            raise WorkerDied("sent a malformed reply")
+        try:
+            import json
+
+            header = json.loads(need(4 + n)[4:])
+            sizes = header.get("buffers", [])
+            if not (isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)):
+                raise ValueError
+            if sum(sizes) > self.limits.max_result_bytes:
+                raise WorkerDied("returned more data than the size cap")
+        except (ValueError, AttributeError) as exc:
+            raise WorkerDied("sent a malformed reply") from exc
+        body = need(4 + n + sum(sizes))[4 + n:]
+        del data[: 4 + n + sum(sizes)]
+        out, pos = [], 0
+        for s in sizes:
+            out.append(body[pos: pos + s])
+            pos += s
+        return header, out
+
+    def _death(self, what: str) -> str:
+        """Why the worker is gone, in words; kills it first, so nothing outlives the message."""
+        self.kill()
+        code = self.proc.returncode
+        if what.startswith("timed out"):
+            return what
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name
+            hints = {"SIGKILL": " (likely the memory or CPU limit)", "SIGXCPU": " (CPU time limit)",
+                     "SIGSEGV": " (often memory exhausted)"}
+            return f"worker {what}: killed by {sig}{hints.get(sig, '')}"
+        if code == 137:
+            return f"worker {what}: killed (likely the memory limit)"
+        return f"worker {what} (exit code {code}); an exit code never counts as success"
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group (and PID namespace) and wait until it is gone."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._req_w, self._resp_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._req_w = self._resp_r = -1
+        self._reader.join(timeout=5)
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def captured_output(self) -> str:
+        return "".join(self.output)

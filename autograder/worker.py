@@ -1,0 +1,338 @@
+"""The grading worker: the only process that ever runs a student's code.
+
+The harness starts this file as a script (``python -I -S worker.py``), never imports it for
+its side effects, and talks to it over two private pipes with the framing defined here:
+a 4-byte length, a JSON header, then the raw bytes of the tensors the header describes.
+Nothing is ever pickled in either direction. Everything the worker sends back is data that
+the harness checks; nothing the worker says is a verdict.
+
+Start-up order matters, because student code must find the sandbox already closed:
+  1. hide the paths the harness names (tmpfs mounts, when a mount namespace was made),
+     mount a private /proc, give up every capability, and become ``nobody`` if we were root;
+  2. set the resource limits (memory, CPU, file size, processes, no core files);
+  3. import torch, block imports of the harness and of the reference, install the
+     prerequisites the harness sent, and only then execute the student's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+
+# ----------------------------------------------------------------------------- wire format
+# Shared with the harness (it imports this module for these functions only).
+
+_LEN = struct.Struct(">I")
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+# torch dtypes allowed on the wire, by name; numpy-compatible item sizes.
+WIRE_DTYPES = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+}
+
+
+def encode_frame(header: dict, buffers: list[bytes]) -> bytes:
+    """One message: header JSON (which must describe ``buffers``' lengths) + raw buffers."""
+    head = json.dumps(header, allow_nan=False).encode()
+    return _LEN.pack(len(head)) + head + b"".join(buffers)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exact(fd: int, n: int) -> bytes:
+    """Read exactly ``n`` bytes from ``fd``; ``EOFError`` if the other side is gone."""
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("pipe closed")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> tuple[dict, list[bytes]]:
+    """Inverse of :func:`encode_frame` (blocking). Rejects oversized or malformed frames."""
+    (n,) = _LEN.unpack(read_exact(fd, _LEN.size))
+    if n > MAX_FRAME_BYTES:
+        raise ValueError("frame header too large")
+    header = json.loads(read_exact(fd, n))
+    sizes = header.get("buffers", [])
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and 0 <= s for s in sizes):
+        raise ValueError("malformed buffer list")
+    if sum(sizes) > MAX_FRAME_BYTES:
+        raise ValueError("frame payload too large")
+    return header, [read_exact(fd, s) for s in sizes]
+
+
+def pack_value(value, buffers: list[bytes], max_bytes: int):
+    """JSON-able tree for ``value``; tensors become ``{"tensor": i, ...}`` + a raw buffer.
+
+    Tensors are copied into plain, dense, contiguous CPU tensors first (``torch.Tensor``
+    subclasses and ``__torch_function__`` overrides are stripped), so what crosses is bytes.
+    """
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            plain = torch.Tensor._make_subclass(torch.Tensor, value.detach()) if type(value) is not torch.Tensor else value.detach()
+            plain = plain.to("cpu").contiguous()
+            name = str(plain.dtype).removeprefix("torch.")
+            if name not in WIRE_DTYPES:
+                return {"unsupported": f"tensor of dtype {name}"}
+            nbytes = plain.numel() * WIRE_DTYPES[name]
+            if nbytes + sum(len(b) for b in buffers) > max_bytes:
+                return {"unsupported": f"tensor of shape {list(plain.shape)} is larger than the size cap"}
+            raw = plain.view(torch.uint8).numpy().tobytes() if plain.numel() else b""
+        buffers.append(raw)
+        return {"tensor": len(buffers) - 1, "dtype": name, "shape": list(plain.shape)}
+    if isinstance(value, (tuple, list)) and type(value) in (tuple, list):
+        if len(value) > 64:
+            return {"unsupported": f"a {type(value).__name__} of {len(value)} items"}
+        return {"seq": [pack_value(v, buffers, max_bytes) for v in value]}
+    if type(value) in (bool, int) or (type(value) is float and value == value and abs(value) != float("inf")):
+        return {"scalar": value}
+    if type(value) is float:
+        return {"float": repr(value)}  # nan / inf: JSON has no literal for them
+    if value is None:
+        return {"none": True}
+    return {"unsupported": f"a value of type {type(value).__name__}"}
+
+
+def unpack_value(tree, buffers: list[bytes]):
+    """Inverse of :func:`pack_value` (used on both sides; builds fresh tensors from bytes)."""
+    import torch
+
+    if not isinstance(tree, dict):
+        raise ValueError("malformed value")
+    if "tensor" in tree:
+        name, shape = tree["dtype"], tree["shape"]
+        if name not in WIRE_DTYPES or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ValueError("malformed tensor")
+        raw = buffers[tree["tensor"]]
+        count = 1
+        for s in shape:
+            count *= s
+        if len(raw) != count * WIRE_DTYPES[name]:
+            raise ValueError("tensor bytes do not match its shape")
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        return flat.view(getattr(torch, name)).reshape(shape).clone()
+    if "seq" in tree:
+        return tuple(unpack_value(v, buffers) for v in tree["seq"])
+    if "scalar" in tree:
+        return tree["scalar"]
+    if "float" in tree:
+        return float(tree["float"])
+    if "none" in tree:
+        return None
+    if "module" in tree:
+        return tree  # resolved by the worker: see build_module_arg
+    return Unsupported(str(tree.get("unsupported", "malformed value")))
+
+
+class Unsupported:
+    """Stands for a returned value that could not cross the boundary (with why)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"<{self.why}>"
+
+
+# ----------------------------------------------------------------------------- sandbox set-up
+
+def _hide_and_drop(hide: list[str], cover: dict[str, list[str]], nobody: bool) -> None:
+    """Private /tmp, /var/tmp, /dev/shm and /proc; empty mounts over ``hide``; then no privileges.
+
+    ``cover`` maps a folder to hide entirely (e.g. a home folder) to the paths inside it that
+    must stay visible (an interpreter installed there): those are bind-mounted back.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_bind, ms_rec, mnt_detach = 4096, 16384, 2
+
+    def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+        if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                      data.encode() if data else None) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot mount on {target}")
+
+    mount("tmpfs", "/tmp", "tmpfs", 0, "size=64m,mode=1777")
+    for shared in ("/var/tmp", "/dev/shm"):
+        if os.path.isdir(shared):
+            mount("tmpfs", shared, "tmpfs", 0, "size=1m,mode=1777")
+    for top, keep in cover.items():
+        staged = []
+        for i, path in enumerate(keep):
+            stage = f"/tmp/.keep{i}"
+            os.mkdir(stage)
+            mount(path, stage, None, ms_bind | ms_rec, None)
+            staged.append((stage, path))
+        mount("tmpfs", top, "tmpfs", 0, "size=1m,mode=0755")
+        for stage, path in staged:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(stage, path, None, ms_bind | ms_rec, None)
+            libc.umount2(stage.encode(), mnt_detach)
+            os.rmdir(stage)
+    for path in hide:
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", 0, "size=1k,mode=0555")
+    # Other processes' command lines and environments are not visible in a private /proc.
+    libc.mount(b"proc", b"/proc", b"proc", 0, None)
+    pr_capbset_drop, pr_set_no_new_privs = 24, 38
+    for cap in range(64):
+        libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
+    libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)
+    if nobody:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+
+def _set_limits(limits: dict) -> None:
+    import resource
+
+    mb = 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2)
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class _BlockImports:
+    """Meta-path finder: the harness and the reference package cannot be imported."""
+
+    def __init__(self, blocked: set[str], provided: dict) -> None:
+        self.blocked, self.provided = blocked, provided
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.split(".")[0]
+        if fullname in self.provided:
+            import importlib.machinery
+
+            return importlib.machinery.ModuleSpec(fullname, self)
+        if top in self.blocked:
+            raise ImportError(f"`{fullname}` is not available while grading: write the exercise yourself")
+        return None
+
+    def create_module(self, spec):
+        import types
+
+        module = types.ModuleType(spec.name)
+        module.__dict__.update(self.provided[spec.name])
+        module.__path__ = []  # lets `tfm_solution.x` resolve below the package
+        return module
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+class _Scale:
+    """Deterministic stand-in for a dropout module: multiplies its input by ``factor``."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def __call__(self, x):
+        return x * self.factor
+
+
+def build_module_arg(tree):
+    if isinstance(tree, dict) and "module" in tree:
+        if tree["module"] == "scale":
+            return _Scale(float(tree["factor"]))
+        raise ValueError("unknown module argument")
+    if isinstance(tree, tuple):
+        return tuple(build_module_arg(t) for t in tree)
+    return tree
+
+
+def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
+    """Execute each code chunk like a kernel cell: an error stops the chunk, not the rest."""
+    import traceback
+
+    errors = []
+    for chunk in chunks:
+        try:
+            code = compile(chunk["source"], chunk["label"], "exec")
+            exec(code, namespace)  # noqa: S102 - this process exists to run it
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: a cell cannot end the worker
+            tb = traceback.format_exception_only(type(exc), exc)
+            errors.append(f"{chunk['label']}: {''.join(tb).strip()}"[:2000])
+    return errors
+
+
+def main() -> None:
+    req_fd, resp_fd = int(sys.argv[1]), int(sys.argv[2])
+    setup, _ = read_frame(req_fd)
+    if setup.get("isolate"):
+        _hide_and_drop(setup["hide"], setup["cover"], setup["nobody"])
+    os.chdir(setup["cwd"])
+    _set_limits(setup["limits"])
+    sys.path[:] = [p for p in setup["sys_path"]]
+
+    import types
+
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+    # Prerequisites: reference objects the harness chose to provide, built from their source.
+    provided_ns: dict = {"__name__": "_provided"}
+    exec(compile(setup["provided_source"], "provided", "exec"), provided_ns)  # noqa: S102
+    provided_names = {n: provided_ns[n] for n in setup["provided_names"]}
+    modules = {m: {n: provided_ns[n] for n in names} for m, names in setup["provided_modules"].items()}
+    sys.meta_path.insert(0, _BlockImports(set(setup["blocked"]), modules))
+    for blocked in list(sys.modules):
+        if blocked.split(".")[0] in setup["blocked"]:
+            del sys.modules[blocked]
+
+    module = types.ModuleType("submission")
+    sys.modules["submission"] = module
+    namespace = module.__dict__
+    errors = _run_chunks(setup["chunks"], namespace)
+    namespace.update(provided_names)  # one early bug costs once: prerequisites are the reference's
+    name = setup["name"]
+    found = name in namespace
+    write_all(resp_fd, encode_frame({"ready": True, "found": found, "errors": errors,
+                                    "type": type(namespace.get(name)).__name__}, []))
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - `input()` gets EOF at once
+    while True:
+        request, buffers = read_frame(req_fd)
+        torch.manual_seed(request["seed"])
+        torch.set_default_dtype(torch.float32)
+        out: list[bytes] = []
+        try:
+            args = [build_module_arg(unpack_value(a, buffers)) for a in request["args"]]
+            kwargs = {k: build_module_arg(unpack_value(v, buffers)) for k, v in request["kwargs"].items()}
+            target = namespace[name]
+            if request.get("construct") is not None:
+                cargs = [unpack_value(a, buffers) for a in request["construct"]]
+                target = target(*cargs)
+                state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}
+                target.load_state_dict(state, strict=True)
+                target.eval()
+            with torch.no_grad():
+                result = target(*args, **kwargs)
+            reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"])}
+        except BaseException as exc:  # noqa: BLE001 - whatever the student raised is their answer
+            out = []
+            text = f"{type(exc).__name__}: {exc}"[:2000]
+            reply = {"id": request["id"], "ok": False, "error": text}
+        reply["buffers"] = [len(b) for b in out]
+        write_all(resp_fd, encode_frame(reply, out))
+
+
+if __name__ == "__main__":
+    main()
