@@ -1,0 +1,18 @@
+"""nbgrader configuration of the course: one assignment per chapter.
+
+``solutions/NN_slug/`` is the source (complete notebooks with solution regions and hidden
+tests); ``chapters/NN_slug/`` is the release the students get. ``make chapters`` runs
+``nbgrader generate_assignment`` with this file; instructors use it to collect and grade.
+"""
+
+c = get_config()  # noqa: F821 - nbgrader provides get_config when it loads this file
+
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "chapters"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.notebook_id = "*"
+
+# The graded cells call the course's own grader, which runs each answer in a sandboxed worker.
+c.ExecutePreprocessor.timeout = 300

@@ -1,0 +1,244 @@
+"""Regenerate everything derived from ``solutions/``: run by ``make chapters``.
+
+For every chapter notebook ``solutions/NN_slug/<name>.ipynb`` (the nbgrader source):
+
+1. the graded test cells are written from the exercise registry (their points and source);
+2. the notebook is executed with nbclient, and its outputs and widget state are stored in it
+   (graded cells are not run here: they call the grader, and their outputs never ship);
+3. ``nbgrader generate_assignment`` releases it into a scratch directory (solutions become
+   stubs, hidden tests vanish, cells are locked and checksummed);
+4. the outputs and widget state of every cell that is not an exercise or a test are carried
+   over, so the student notebook shows the reference's figures as an expected-output preview
+   and the website needs no execution; the result is written to ``chapters/NN_slug/``.
+
+It also draws the architecture figure of the introduction page. Everything is deterministic:
+widget ids are derived from the notebook's path, PNGs carry no version text, so running it
+twice changes nothing.
+
+``--check`` runs steps 1, 3 and 4 on the committed solutions (no execution) and exits 1 if
+``chapters/`` or the figures differ from what they would produce: the sync test of CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import filecmp
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from autograder.registry import REGISTRY, Exercise, by_chapter  # noqa: E402
+
+SOLUTIONS, CHAPTERS, FIGURES = "solutions", "chapters", "figures"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def hidden_test_source(exercise: Exercise) -> str:
+    """The one graded test cell of an exercise, as the grader contract fixes it."""
+    return (
+        f"# Hidden tests: the grader checks `{exercise.name}` on fresh random inputs against the reference.\n"
+        "### BEGIN HIDDEN TESTS\n"
+        "from autograder.hook import grade_in_notebook\n"
+        f'grade_in_notebook("{exercise.id}", globals())\n'
+        "### END HIDDEN TESTS"
+    )
+
+
+def nbgrader_meta(cell: nbformat.NotebookNode) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def is_plain(cell: nbformat.NotebookNode) -> bool:
+    """A cell that is neither an exercise, nor a test, nor read-only: its outputs ship."""
+    meta = nbgrader_meta(cell)
+    return not (meta.get("solution") or meta.get("grade") or meta.get("locked"))
+
+
+def apply_registry(nb: nbformat.NotebookNode, chapter: str, notebook: str) -> list[str]:
+    """Write each exercise's graded cell from the registry; return the problems found."""
+    problems = []
+    by_grade_id = {nbgrader_meta(c).get("grade_id"): c for c in nb.cells if nbgrader_meta(c)}
+    exercises = [e for e in by_chapter(chapter) if e.notebook == notebook]
+    for ex in exercises:
+        answer = by_grade_id.get(ex.solution_grade_id)
+        if answer is None or not nbgrader_meta(answer).get("solution"):
+            problems.append(f"{ex.id}: no solution cell with grade_id {ex.solution_grade_id!r}")
+        elif not re.search(rf"^(def|class) {ex.name}\b", answer.source, re.M) or "### BEGIN SOLUTION" not in answer.source:
+            problems.append(f"{ex.id}: cell {ex.solution_grade_id!r} must define {ex.name} with a solution region")
+        graded = by_grade_id.get(ex.test_grade_id)
+        if graded is None:
+            problems.append(f"{ex.id}: no graded test cell with grade_id {ex.test_grade_id!r}")
+            continue
+        graded.source = hidden_test_source(ex)
+        graded.metadata["nbgrader"].update(grade=True, solution=False, locked=True, points=ex.points)
+    known = {e.test_grade_id for e in exercises}
+    for grade_id, cell in by_grade_id.items():
+        if nbgrader_meta(cell).get("grade") and grade_id not in known:
+            problems.append(f"{chapter}/{notebook}: graded cell {grade_id!r} is not in the registry")
+    return problems
+
+
+def execute(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
+    """Run every cell except the graded ones; return the notebook with outputs and widget state."""
+    runnable = copy.deepcopy(nb)
+    for cell in runnable.cells:
+        if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
+            cell.source = ""
+    NotebookClient(
+        runnable, timeout=600, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(workdir)}}
+    ).execute()
+    for cell, ran in zip(nb.cells, runnable.cells, strict=True):
+        if cell.cell_type == "code":
+            graded = nbgrader_meta(cell).get("grade")
+            cell.outputs = [] if graded else ran.outputs
+            cell.execution_count = None if graded else ran.execution_count
+    nb.metadata["widgets"] = runnable.metadata.get("widgets", {})
+    return nb
+
+
+def normalize(nb: nbformat.NotebookNode, salt: str) -> nbformat.NotebookNode:
+    """Make an executed notebook reproducible: fixed widget ids, short widget reprs, no timings."""
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                # The default repr spells out every child, PNG bytes included: megabytes of noise.
+                data["text/plain"] = "An interactive widget: run the notebook, or view it on the course website."
+    nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
+    text = nbformat.writes(nb)
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for n, model_id in enumerate(state):
+        text = text.replace(model_id, hashlib.sha1(f"{salt}:{n}".encode()).hexdigest()[:32])
+    return nbformat.reads(text, as_version=4)
+
+
+def carry(source: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Copy the outputs of plain cells and the widget state from the executed source."""
+    if [c.get("id") for c in source.cells] != [c.get("id") for c in release.cells]:
+        raise RuntimeError("nbgrader changed the cell list; cannot carry outputs over")
+    for src, rel in zip(source.cells, release.cells, strict=True):
+        if rel.cell_type == "code" and is_plain(src):
+            rel.outputs = copy.deepcopy(src.outputs)
+            rel.execution_count = src.execution_count
+    if source.metadata.get("widgets"):
+        release.metadata["widgets"] = copy.deepcopy(source.metadata["widgets"])
+    return release
+
+
+def source_notebooks(root: Path) -> list[tuple[str, Path]]:
+    """``(chapter folder, notebook path)`` of every source notebook, in chapter order."""
+    return [(p.parent.name, p) for p in sorted((root / SOLUTIONS).glob("*/*.ipynb"))]
+
+
+def run_nbgrader(root: Path, chapter: str, release_dir: Path) -> None:
+    env = dict(os.environ)
+    # nbgrader shells out to alembic (in the environment's bin/) when it touches a gradebook.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [
+        sys.executable, "-m", "nbgrader", "generate_assignment", chapter, "--no-db", "--force", "--log-level=WARN",
+        f"--CourseDirectory.root={root}", f"--CourseDirectory.release_directory={release_dir}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"nbgrader generate_assignment {chapter} failed:\n{done.stdout}\n{done.stderr}")
+
+
+def draw_figures(out: Path) -> list[Path]:
+    """The figures of the book's own pages (not of notebooks): the architecture overview."""
+    from tfm_solution.viz import architecture_diagram, figure_png
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "architecture.png"
+    path.write_bytes(figure_png(architecture_diagram(), dpi=110))
+    return [path]
+
+
+def generate(root: Path, out: Path, *, run: bool) -> list[str]:
+    """Build ``chapters/`` (and figures) into ``out``; with ``run``, execute and rewrite the solutions."""
+    problems: list[str] = []
+    notebooks = source_notebooks(root)
+    for chapter, path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        found = apply_registry(nb, chapter, path.name)
+        problems += found
+        if found:
+            continue
+        if run:
+            nb = normalize(execute(nb, path.parent), salt=f"{chapter}/{path.name}")
+        text = nbformat.writes(nb) + "\n"
+        if path.read_text() != text:
+            if not run:
+                problems.append(f"{path.relative_to(root)}: its graded cells differ from the registry")
+                continue
+            path.write_text(text)
+    missing = {e.chapter for e in REGISTRY} - {c for c, _ in notebooks}
+    problems += [f"registry chapter {c!r} has no notebook under {SOLUTIONS}/" for c in sorted(missing)]
+    if problems:
+        return problems
+    with tempfile.TemporaryDirectory() as scratch:
+        release_root = Path(scratch)
+        for chapter in sorted({c for c, _ in notebooks}):
+            run_nbgrader(root, chapter, release_root)
+        for chapter, path in notebooks:
+            released = release_root / chapter / path.name
+            nb = carry(nbformat.read(path, as_version=4), nbformat.read(released, as_version=4))
+            released.write_text(nbformat.writes(nb) + "\n")
+        shutil.rmtree(out / CHAPTERS, ignore_errors=True)
+        (out / CHAPTERS).mkdir(parents=True)
+        for folder in sorted(release_root.iterdir()):
+            shutil.copytree(folder, out / CHAPTERS / folder.name)
+    draw_figures(out / FIGURES)
+    return problems
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    """Files that differ between two trees, or exist in only one."""
+    comparison = filecmp.dircmp(a, b)
+    found = [f"only in {a.name}: {n}" for n in comparison.left_only] + [f"only in regenerated: {n}" for n in comparison.right_only]
+    found += [f"differs: {n}" for n in comparison.diff_files]
+    for sub, nested in comparison.subdirs.items():
+        found += [f"{sub}/{d}" for d in differences(a / sub, b / sub)] if nested else []
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="verify chapters/ and figures/ are in sync; change nothing")
+    parser.add_argument("--root", type=Path, default=REPO, help="the course root (default: this repository)")
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    if args.check:
+        with tempfile.TemporaryDirectory() as scratch:
+            problems = generate(root, Path(scratch), run=False)
+            for name in (CHAPTERS, FIGURES):
+                if not problems:
+                    problems += [f"{name}/{d}" for d in differences(root / name, Path(scratch) / name)]
+        for p in problems:
+            print(f"out of sync: {p}", file=sys.stderr)
+        if problems:
+            print("Run `make chapters` and commit the result.", file=sys.stderr)
+        return 1 if problems else 0
+    problems = generate(root, root, run=True)
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    print(json.dumps({"notebooks": [str(p.relative_to(root)) for _, p in source_notebooks(root)], "problems": len(problems)}))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Visualizations of the course: ipywidgets that also respond on the static website.
+
+``frames`` is the toolkit (a control linked to precomputed frames with ``jslink``, or a live
+path in a running kernel), ``student`` picks the student's function or the reference,
+``diagram`` draws the architecture, and one module per chapter holds its widgets.
+"""
+
+from .attention import library_lookup, mask_explorer, scale_explorer
+from .diagram import architecture_diagram
+from .frames import FramePlayer, as_widget, figure_png
+from .student import Resolved, resolve
+
+__all__ = [
+    "FramePlayer",
+    "Resolved",
+    "architecture_diagram",
+    "as_widget",
+    "figure_png",
+    "library_lookup",
+    "mask_explorer",
+    "resolve",
+    "scale_explorer",
+]
