@@ -101,13 +101,3 @@ CASES: dict[str, Callable[[int], list[Case]]] = {
     "ch03.softmax_saturation": softmax_saturation_cases,
 }
 
-
-def _saturation_oracle(query: torch.Tensor, key: torch.Tensor, scaled: bool = True) -> torch.Tensor:
-    """Float64 oracle, used only while ``tfm_solution.attention.softmax_saturation`` is missing."""
-    scores = query.double() @ key.double().transpose(-2, -1)
-    if scaled:
-        scores = scores / query.size(-1) ** 0.5
-    return scores.softmax(-1).amax(-1).to(query.dtype)
-
-
-FALLBACK_REFERENCES = {"tfm_solution.attention:softmax_saturation": _saturation_oracle}

@@ -24,7 +24,7 @@ import nbformat
 
 from autograder.registry import Exercise
 
-MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 100 * 1024 * 1024
 MAX_ZIP_MEMBERS = 2000
 MAX_ZIP_TOTAL_BYTES = 200 * 1024 * 1024
 MAX_NOTEBOOKS = 64

@@ -26,7 +26,8 @@ class Exercise:
         test_grade_id: nbgrader ``grade_id`` of the graded (hidden) test cell.
         reference: ``"module:attr"`` of the reference implementation in ``tfm_solution``.
         prerequisites: names the exercise may use, injected from ``tfm_solution`` when grading.
-        time_budget_s: CPU seconds one graded call may take before it counts as too slow.
+        time_budget_s: wall seconds one graded call may take before it is reported as too slow
+            (reported apart, never counted as wrong; a call is killed only at the worker's timeout).
         memory_budget_mb: address-space limit of the grading worker.
         mistakes: the declared mistakes the grader names when an output matches one.
         banned: library shortcuts reported by the policy check for this exercise.
@@ -71,6 +72,7 @@ REGISTRY: tuple[Exercise, ...] = (
             "no_transpose",
         ),
         banned=("scaled_dot_product_attention", "MultiheadAttention"),
+        time_budget_s=1.0,
     ),
     Exercise(
         id="ch03.softmax_saturation",
@@ -85,6 +87,7 @@ REGISTRY: tuple[Exercise, ...] = (
         reference="tfm_solution.attention:softmax_saturation",
         mistakes=("ignores_scaled_flag", "min_instead_of_max"),
         banned=("scaled_dot_product_attention",),
+        time_budget_s=1.0,
     ),
 )
 

@@ -1,0 +1,260 @@
+"""The grader's parts that need no worker: wire format, comparison, extraction, archives,
+mistake catalogue, cases, seeds and the results schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import zipfile
+
+import jsonschema
+import nbformat
+import pytest
+import torch
+
+from autograder import worker as wire
+from autograder.cases import CASES
+from autograder.compare import compare
+from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
+                                read_submission)
+from autograder.grade import Report, TestResult, _diagnose, _expected, _judge, _provided, default_seed, resolve
+from autograder.mistakes import MISTAKES
+from autograder.registry import REGISTRY, Exercise, by_id
+from autograder.results import GRADESCOPE_SCHEMA, error_results, to_gradescope
+from tests.grader_fixtures import ATTENTION, notebook
+
+pytestmark = pytest.mark.fast
+
+
+def _roundtrip(value):
+    buffers: list[bytes] = []
+    tree = wire.pack_value(value, buffers, 1 << 20)
+    frame = wire.encode_frame({"value": tree, "buffers": [len(b) for b in buffers]}, buffers)
+    r, w = os.pipe()
+    try:
+        wire.write_all(w, frame)
+        header, out = wire.read_frame(r)
+    finally:
+        os.close(r)
+        os.close(w)
+    return wire.unpack_value(header["value"], out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int8, torch.uint8, torch.bool])
+def test_tensors_cross_as_bytes_exactly(dtype):
+    x = (torch.randn(3, 4, 5) * 10).to(dtype)
+    y = _roundtrip((x[:, 1:], 2.5, None))  # non-contiguous view in a tuple
+    assert y[0].dtype == dtype and y[0].shape == (3, 3, 5)
+    assert torch.equal(y[0], x[:, 1:]) and y[1:] == (2.5, None)
+
+
+def test_nan_and_unsupported_values_cross_as_data():
+    nan, gen = _roundtrip((float("nan"), (i for i in range(3))))
+    assert nan != nan
+    assert isinstance(gen, wire.Unsupported) and "generator" in gen.why
+
+
+def test_tensor_subclass_and_torch_function_are_stripped():
+    class Liar(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return torch.zeros(1)
+
+    x = torch.randn(4, 2)
+    got = _roundtrip(x.as_subclass(Liar))
+    assert type(got) is torch.Tensor and torch.equal(got, x)
+
+
+def test_size_cap_and_malformed_bytes_are_refused():
+    assert "size cap" in wire.pack_value(torch.zeros(1000), [], 100)["unsupported"]
+    with pytest.raises(ValueError, match="do not match"):
+        wire.unpack_value({"tensor": 0, "dtype": "float32", "shape": [4]}, [b"\0" * 12])
+    with pytest.raises(ValueError):
+        wire.unpack_value({"tensor": 0, "dtype": "object", "shape": [1]}, [b"\0"])
+
+
+def test_compare_reports_shape_dtype_and_first_mismatch_without_values():
+    e = torch.randn(2, 3, 4)
+    assert compare(e.clone(), e, 1e-4, 1e-5).ok
+    assert "shape (2, 4, 3)" in compare(e.transpose(1, 2), e, 1e-4, 1e-5).lines[0]
+    assert "dtype float64" in compare(e.double(), e, 1e-4, 1e-5).lines[0]
+    g = e.clone()
+    g[1, 2, 0] += 1.0
+    g[1, 2, 3] = float("nan")
+    verdict = compare(g, e, 1e-4, 1e-5)
+    text = "\n".join(verdict.lines)
+    assert not verdict.ok and "first mismatch at index [1, 2, 0]" in text and "1 NaN" in text
+    assert "max absolute error 1" in text and f"{e[1, 2, 0].item():.4f}" not in text
+    assert not compare(torch.full((2,), float("nan")), torch.full((2,), float("nan")), 1e-4, 1e-5).ok
+    assert "tuple of 2" in compare(e, (e, e), 1e-4, 1e-5).lines[0]
+
+
+def _parsed(nb) -> Notebook:
+    parsed = parse_notebook("attention.ipynb", nbformat.writes(nb).encode())
+    assert isinstance(parsed, Notebook)
+    return parsed
+
+
+def test_extraction_keeps_definitions_and_the_answer_cell_only():
+    before = [nbformat.v4.new_code_cell("%matplotlib inline\nSCALE = 2\nx = torch.randn(3)\nprint('plot')\n"
+                                        "def helper(t):\n    return t")]
+    after = [nbformat.v4.new_code_cell("out = attention(1, 2, 3)\nassert out is None")]
+    ex = extract(_parsed(notebook(before=before, after=after)), by_id("ch03.attention"))
+    code = "\n".join(c["source"] for c in ex.chunks)
+    assert ex.error is None and "SCALE = 2" in code and "def helper" in code and "def attention" in code
+    assert "randn" not in code and "print" not in code and "assert out" not in code
+    assert "grade_in_notebook" not in code and "matplotlib" not in code
+
+
+def test_extraction_finds_answers_by_name_and_reports_redefinitions():
+    later = [nbformat.v4.new_code_cell("def attention(q, k, v, mask=None, dropout=None):\n    return q")]
+    ex = extract(_parsed(notebook(after=later)), by_id("ch03.attention"))
+    assert ex.error is None and any("defined again in cell 7" in n for n in ex.notes)
+    assert ex.chunks[-1]["source"].startswith("def attention(q, k, v")  # runs last, so it wins
+    ex = extract(_parsed(notebook(metadata=False, after=later)), by_id("ch03.attention"))
+    assert any("no cell has the answer id" in n for n in ex.notes)
+    assert ex.answer_source.startswith("def attention(q, k, v")
+
+
+def test_syntax_errors_cost_only_their_exercise():
+    broken = notebook(attention="def attention(q, k, v):\n    return q +\n")
+    nb = _parsed(broken)
+    assert "syntax error" in extract(nb, by_id("ch03.attention")).error
+    other = extract(nb, by_id("ch03.softmax_saturation"))
+    assert other.error is None and any("syntax error" in n for n in other.notes)
+
+
+def test_answer_turned_into_markdown_is_missing():
+    nb = notebook()
+    nb.cells[2] = nbformat.v4.new_markdown_cell(nb.cells[2].source)
+    assert "no definition of `attention`" in extract(_parsed(nb), by_id("ch03.attention")).error
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'<<<<<<< HEAD\n{"cells": []}\n=======\n{}\n>>>>>>> branch\n',
+                                     b"\xff\xfe garbage"])
+def test_unreadable_notebooks_are_reported_not_raised(content):
+    parsed = parse_notebook("attention.ipynb", content)
+    assert isinstance(parsed, Unreadable) and parsed.reason.startswith("could not read notebook")
+
+
+def test_old_nbformat_is_upgraded():
+    v3 = nbformat.writes(nbformat.convert(notebook(), 3)).encode()
+    nb = parse_notebook("attention.ipynb", v3)
+    assert isinstance(nb, Notebook) and extract(nb, by_id("ch03.attention")).error is None
+
+
+def _zip(path, members, links=()):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members:
+            archive.writestr(name, data)
+        for name in links:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            archive.writestr(info, "/etc/passwd")
+    return path
+
+
+def test_zip_paths_are_normalised_and_links_skipped(tmp_path):
+    good = nbformat.writes(notebook()).encode()
+    path = _zip(tmp_path / "s.zip", [("../../evil/attention.ipynb", good), ("torch.py", b"raise SystemExit")],
+                links=["link.ipynb"])
+    notebooks = read_submission(path)
+    assert [nb.name for nb in notebooks] == ["evil/attention.ipynb"]
+    assert not (tmp_path.parent / "evil").exists()
+
+
+def test_zip_bombs_and_floods_are_refused_before_reading(tmp_path):
+    bomb = _zip(tmp_path / "bomb.zip", [("a.ipynb", b"\0" * (201 * 1024 * 1024))])
+    assert bomb.stat().st_size < 2 * 1024 * 1024
+    with pytest.raises(SubmissionError, match="200 MB"):
+        read_submission(bomb)
+    many = _zip(tmp_path / "many.zip", [(f"f{i}.txt", b"") for i in range(MAX_ZIP_MEMBERS + 1)])
+    with pytest.raises(SubmissionError, match="at most"):
+        read_submission(many)
+
+
+def test_every_exercise_has_cases_and_every_declared_mistake_is_catalogued():
+    for exercise in REGISTRY:
+        assert exercise.id in CASES
+        assert set(MISTAKES.get(exercise.id, {})) == set(exercise.mistakes)
+        assert resolve(exercise.reference) is not None
+
+
+@pytest.mark.parametrize("exercise_id,mistake", [(e.id, m) for e in REGISTRY for m in e.mistakes])
+def test_each_mistake_fails_some_case_and_is_named_there(exercise_id, mistake):
+    """In-process: the harness's own diagnosis on the mistake's output (the worker path is in
+    test_grader_submissions)."""
+    from autograder.mistakes import mistake_function
+
+    exercise = by_id(exercise_id)
+    wrong = mistake_function(exercise_id, mistake, exercise.name)
+    reference = resolve(exercise.reference)
+    named = []
+    for case in CASES[exercise_id](1234):
+        try:
+            got = _expected(wrong, case)
+        except RuntimeError:
+            continue
+        if not compare(got, _expected(reference, case), case.rtol, case.atol).ok:
+            named += _diagnose(exercise, case, got)
+    assert any(f"**Diagnosis: {mistake}**" in n for n in named)
+
+
+def test_hidden_inputs_are_fresh_per_seed_and_public_ones_fixed():
+    for exercise_id, build in CASES.items():
+        a, b = build(1), build(2)
+        assert [c.public for c in a] == [c.public for c in b] and any(c.public for c in a)
+        for x, y in zip(a, b, strict=True):
+            same = all(torch.equal(p, q) for p, q in zip(x.args, y.args, strict=True))
+            assert same == x.public, (exercise_id, x.title)
+
+
+def test_seed_depends_on_the_answer_and_the_salt(monkeypatch):
+    exercise = by_id("ch03.attention")
+    one = extract(_parsed(notebook()), exercise)
+    two = extract(_parsed(notebook(attention=ATTENTION + "\n# edited\n")), exercise)
+    unsalted = default_seed(exercise, one)
+    assert unsalted == default_seed(exercise, extract(_parsed(notebook()), exercise)) != default_seed(exercise, two)
+    monkeypatch.setenv("AUTOGRADER_SALT", "course secret")
+    assert default_seed(exercise, one) != unsalted
+
+
+def test_hidden_feedback_shows_no_inputs_but_public_feedback_does():
+    exercise = by_id("ch03.attention")
+    cases = CASES[exercise.id](7)
+    reply = {"ok": True, "value": {"seq": [{"none": True}, {"none": True}]}}
+    public = _judge(exercise, cases[0], "p", 1.0, resolve(exercise.reference), reply, [])
+    hidden = _judge(exercise, cases[1], "h", 1.0, resolve(exercise.reference), reply, [])
+    assert "Inputs:" in public.output and "Inputs:" not in hidden.output
+    assert public.score == hidden.score == 0.0
+
+
+def test_prerequisites_travel_as_source_and_never_the_exercise_itself():
+    ex = Exercise(id="chXX.mha", chapter="xx", notebook="x.ipynb", name="MultiHeadedAttention", kind="module",
+                  signature="", points=1, solution_grade_id="a", test_grade_id="b",
+                  reference="tfm_solution.multihead:MultiHeadedAttention",
+                  prerequisites=("tfm_solution.attention:attention", "tfm_solution.cloning:clones"))
+    source, names, modules = _provided(ex)
+    assert names == ["attention", "clones"] and "def attention(" in source and "def clones(" in source
+    assert "class MultiHeadedAttention" not in source and "softmax_saturation" not in source
+    assert modules["tfm_solution"] == names and modules["tfm_solution.cloning"] == ["clones"]
+    namespace: dict = {}
+    exec(compile(source, "provided", "exec"), namespace)  # noqa: S102 - our own reference code
+    q = torch.randn(2, 3, 4)
+    torch.testing.assert_close(namespace["attention"](q, q, q)[0], resolve(ex.prerequisites[0])(q, q, q)[0])
+    selfish = Exercise(**{**ex.__dict__, "prerequisites": ("tfm_solution.multihead:MultiHeadedAttention",)})
+    with pytest.raises(ValueError, match="own prerequisite"):
+        _provided(selfish)
+
+
+def test_results_validate_against_gradescope_schema():
+    report = Report(tests=[TestResult("a", 1.0, 1.0, "ok"), TestResult("b", 0.0, 2.0, "no")], seeds={"x": 1})
+    results = to_gradescope(report)
+    jsonschema.validate(results, GRADESCOPE_SCHEMA)
+    assert results["score"] == 1.0 and [t["status"] for t in results["tests"]] == ["passed", "failed"]
+    jsonschema.validate(error_results("boom"), GRADESCOPE_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(dict(results, score="10"), GRADESCOPE_SCHEMA)
+    json.dumps(results, allow_nan=False)
