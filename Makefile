@@ -1,13 +1,16 @@
 # The two commands of the README: `make book` and `make test`. Each creates the pinned
 # environment in .venv first when it is missing or older than the lock file.
+# `make chapters` regenerates chapters/ (the student notebooks) from solutions/.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
+# The site serves MathJax, RequireJS and the widget manager itself; book/package-lock.json pins them.
+JS_STAMP := book/node_modules/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: env book test test-fast clean
+.PHONY: env js chapters book test test-fast clean
 
 env: $(STAMP)
 
@@ -18,11 +21,21 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-book: $(STAMP)
+js: $(JS_STAMP)
+
+$(JS_STAMP): book/package.json book/package-lock.json
+	npm ci --prefix book --no-audit --no-fund --ignore-scripts
+	touch $(JS_STAMP)
+
+chapters: $(STAMP)
+	$(BIN)/python scripts/make_chapters.py
+
+book: $(STAMP) $(JS_STAMP)
+	$(BIN)/python scripts/make_chapters.py --check || $(MAKE) chapters
 	$(BIN)/jupyter-book build . -W --keep-going
 	@echo "Open _build/html/index.html in a browser."
 
-test: $(STAMP)
+test: $(STAMP) $(JS_STAMP)
 	$(PYTEST) -n 2 --cov=tfm_solution --cov-report=term --cov-fail-under=95
 
 test-fast: $(STAMP)

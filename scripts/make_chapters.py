@@ -110,10 +110,24 @@ def execute(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def merge_streams(outputs: list) -> list:
+    """Join consecutive prints to the same stream: how a kernel splits them varies between runs."""
+    merged: list = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if output.output_type == "stream" and previous is not None and previous.output_type == "stream" and previous.name == output.name:
+            previous.text += output.text
+        else:
+            merged.append(output)
+    return merged
+
+
 def normalize(nb: nbformat.NotebookNode, salt: str) -> nbformat.NotebookNode:
     """Make an executed notebook reproducible: fixed widget ids, short widget reprs, no timings."""
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if WIDGET_VIEW in data:

@@ -117,7 +117,7 @@ def library_lookup(attention_fn: Callable | None = None, start: str = "它") -> 
         options=[f"{t} {g}" for t, g in zip(TOKENS, GLOSSES, strict=True)],
         index=TOKENS.index(start),
         description="query:",
-        style={"button_width": "78px"},
+        style={"button_width": "auto"},
     )
     return FramePlayer(
         control,
@@ -238,7 +238,7 @@ def mask_explorer(attention_fn: Callable | None = None, seed: int = 3) -> FrameP
     q, k = torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
     masks = example_masks()
     weights = [used.fn(q, k, k, mask=m)[1].detach() for m in masks]
-    control = widgets.ToggleButtons(options=list(MASK_KINDS), description="mask:", style={"button_width": "120px"})
+    control = widgets.ToggleButtons(options=list(MASK_KINDS), description="mask:", style={"button_width": "auto"})
     return FramePlayer(
         control, lambda i: _mask_frame(masks[i], weights[i], MASK_KINDS[i]), len(MASK_KINDS), header=[used.banner()]
     )
