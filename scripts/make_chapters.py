@@ -141,6 +141,20 @@ def normalize(nb: nbformat.NotebookNode, salt: str) -> nbformat.NotebookNode:
     return nbformat.reads(text, as_version=4)
 
 
+def missing_widget_state(nb: nbformat.NotebookNode) -> list[str]:
+    """Model ids of widget views whose state is not saved in the notebook.
+
+    Without saved state a static page drops such a widget silently (no warning, even under -W).
+    """
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return [
+        output["data"][WIDGET_VIEW]["model_id"]
+        for cell in nb.cells
+        for output in cell.get("outputs", [])
+        if WIDGET_VIEW in output.get("data", {}) and output["data"][WIDGET_VIEW]["model_id"] not in state
+    ]
+
+
 def carry(source: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Copy the outputs of plain cells and the widget state from the executed source."""
     if [c.get("id") for c in source.cells] != [c.get("id") for c in release.cells]:
@@ -151,6 +165,9 @@ def carry(source: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nbfo
             rel.execution_count = src.execution_count
     if source.metadata.get("widgets"):
         release.metadata["widgets"] = copy.deepcopy(source.metadata["widgets"])
+    missing = missing_widget_state(release)
+    if missing:
+        raise RuntimeError(f"widget views without saved state: {missing}")
     return release
 
 

@@ -149,15 +149,15 @@ def saturation_curves(
     return scaled, unscaled
 
 
-def _scale_frame(i: int, scaled: list[torch.Tensor], unscaled: list[torch.Tensor], n_keys: int) -> bytes:
+def _scale_frame(i: int, d_ks: tuple[int, ...], scaled: list[torch.Tensor], unscaled: list[torch.Tensor], n_keys: int) -> bytes:
     fig = Figure(figsize=(8, 2.9))
     left, right = fig.subplots(1, 2)
     means_s = [float(s.mean()) for s in scaled]
     means_u = [float(u.mean()) for u in unscaled]
-    left.plot(D_K_GRID, means_u, "o-", color="#dc2626", label="softmax(q·k)")
-    left.plot(D_K_GRID, means_s, "o-", color="#2563eb", label="softmax(q·k / √d_k)")
+    left.plot(d_ks, means_u, "o-", color="#dc2626", label="softmax(q·k)")
+    left.plot(d_ks, means_s, "o-", color="#2563eb", label="softmax(q·k / √d_k)")
     left.axhline(1 / n_keys, color="#999", ls=":", lw=1)
-    left.axvline(D_K_GRID[i], color="#111", lw=1)
+    left.axvline(d_ks[i], color="#111", lw=1)
     left.set_xscale("log", base=2)
     left.set_ylim(0, 1.05)
     left.set_xlabel("d_k")
@@ -169,23 +169,28 @@ def _scale_frame(i: int, scaled: list[torch.Tensor], unscaled: list[torch.Tensor
     right.set_xlabel("largest weight of a query row")
     right.set_ylabel("query rows")
     right.legend(fontsize=8)
-    right.set_title(f"d_k = {D_K_GRID[i]}: mean {means_u[i]:.2f} without, {means_s[i]:.2f} with", fontsize=9)
+    right.set_title(f"d_k = {d_ks[i]}: mean {means_u[i]:.2f} without, {means_s[i]:.2f} with", fontsize=9)
     fig.tight_layout()
     return figure_png(fig)
 
 
-def scale_explorer(saturation_fn: Callable | None = None, n_keys: int = 16) -> FramePlayer:
+def scale_explorer(
+    saturation_fn: Callable | None = None, n_keys: int = 16, d_ks: tuple[int, ...] = D_K_GRID
+) -> FramePlayer:
     """A d_k slider: without 1/sqrt(d_k) the largest weight saturates at 1, with it it stays spread.
 
     Args:
         saturation_fn: the student's ``softmax_saturation(query, key, scaled=True)``;
             ``None`` draws with the reference.
         n_keys: keys per query; a uniform row has largest weight ``1 / n_keys``.
+        d_ks: the slider's values; it starts at 64 when that is one of them.
     """
     used = resolve(saturation_fn, reference_saturation, _probe_saturation, "softmax_saturation")
-    scaled, unscaled = saturation_curves(used.fn, n_keys=n_keys)
-    control = widgets.SelectionSlider(options=list(D_K_GRID), value=64, description="d_k", continuous_update=True)
-    return FramePlayer(control, lambda i: _scale_frame(i, scaled, unscaled, n_keys), len(D_K_GRID), header=[used.banner()])
+    scaled, unscaled = saturation_curves(used.fn, d_ks, n_keys=n_keys)
+    control = widgets.SelectionSlider(
+        options=list(d_ks), value=64 if 64 in d_ks else d_ks[0], description="d_k", continuous_update=True
+    )
+    return FramePlayer(control, lambda i: _scale_frame(i, d_ks, scaled, unscaled, n_keys), len(d_ks), header=[used.banner()])
 
 
 MASK_TOKENS = ("<s>", "the", "cat", "sat", "<pad>", "<pad>")
@@ -207,9 +212,9 @@ def _mask_frame(mask: torch.Tensor | None, weights: torch.Tensor, kind: str) -> 
     fig = Figure(figsize=(8, 3.3))
     left, right = fig.subplots(1, 2)
     shown = torch.ones(n, n) if mask is None else mask.float()
-    left.imshow(shown, cmap="Greys_r", vmin=0, vmax=1)
+    left.imshow(shown.numpy(), cmap="Greys_r", vmin=0, vmax=1)
     left.set_title(f"{kind}: white = may attend", fontsize=9)
-    right.imshow(weights, cmap="Blues", vmin=0, vmax=1)
+    right.imshow(weights.numpy(), cmap="Blues", vmin=0, vmax=1)
     hidden = 0 if mask is None else int((~mask).sum())
     right.set_title(f"attention weights ({hidden} masked, each exactly 0)", fontsize=9)
     for i in range(n):

@@ -1,0 +1,202 @@
+"""The course pipeline: solutions/ -> chapters/ with nbgrader, the registry, nbval and a real grading round trip."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.registry import REGISTRY, by_chapter
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+_spec = importlib.util.spec_from_file_location("make_chapters", REPO / "scripts" / "make_chapters.py")
+mc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mc)
+
+NOTEBOOKS = sorted({(e.chapter, e.notebook) for e in REGISTRY})
+SOLUTION_META = {"solution": True, "grade": False, "locked": False, "schema_version": 3, "task": False}
+GRADED_META = {"grade": True, "solution": False, "locked": True, "schema_version": 3, "task": False}
+
+
+def _read(kind: str, chapter: str, notebook: str) -> nbformat.NotebookNode:
+    return nbformat.read(REPO / kind / chapter / notebook, as_version=4)
+
+
+def _cells_by_grade_id(nb):
+    return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if "nbgrader" in c.metadata}
+
+
+def _env() -> dict[str, str]:
+    """The environment for a child process: the venv first on PATH, no coverage hooks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _course_copy(tmp_path: Path) -> Path:
+    """A course root holding copies of what generation reads and writes."""
+    root = tmp_path / "course"
+    root.mkdir()
+    for name in ("solutions", "chapters", "figures"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    return root
+
+
+@pytest.mark.fast
+def test_chapters_are_in_sync_with_solutions(capsys):
+    assert mc.main(["--check"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("chapter,notebook", NOTEBOOKS)
+def test_notebooks_follow_the_registry_and_the_grader_contract(chapter, notebook):
+    source, release = _read("solutions", chapter, notebook), _read("chapters", chapter, notebook)
+    src_cells, rel_cells = _cells_by_grade_id(source), _cells_by_grade_id(release)
+    for ex in by_chapter(chapter):
+        answer, graded = src_cells[ex.solution_grade_id], src_cells[ex.test_grade_id]
+        assert answer.metadata["nbgrader"] == {**SOLUTION_META, "grade_id": ex.solution_grade_id}
+        assert f"def {ex.name}(" in answer.source
+        assert answer.source.count("### BEGIN SOLUTION") == 1 == answer.source.count("### END SOLUTION")
+        assert graded.metadata["nbgrader"] == {**GRADED_META, "grade_id": ex.test_grade_id, "points": ex.points}
+        assert graded.source == mc.hidden_test_source(ex)
+        graded_cells = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        assert sum(1 for c in graded_cells if f'"{ex.id}"' in c.source) == 1, "exactly one graded cell per exercise"
+        stub, hidden = rel_cells[ex.solution_grade_id], rel_cells[ex.test_grade_id]
+        assert "raise NotImplementedError()" in stub.source and "BEGIN SOLUTION" not in stub.source
+        assert f"def {ex.name}(" in stub.source
+        assert hidden.source == graded.source.splitlines()[0], "the release keeps only the comment line"
+        assert hidden.metadata["nbgrader"]["points"] == ex.points
+    for src, rel in zip(source.cells, release.cells, strict=True):
+        if rel.cell_type != "code":
+            continue
+        if mc.is_plain(src):
+            assert rel.outputs == src.outputs, "plain cells ship the reference's outputs"
+            assert rel.execution_count == src.execution_count is not None
+        else:
+            assert rel.outputs == [], "exercise and test cells ship without output"
+    for kind in ("solutions", "chapters"):
+        assert (REPO / kind / chapter / notebook).stat().st_size < 3_000_000
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kind", ["solutions", "chapters"])
+def test_every_widget_view_has_saved_state(kind):
+    for chapter, notebook in NOTEBOOKS:
+        nb = _read(kind, chapter, notebook)
+        views = [o for c in nb.cells for o in c.get("outputs", []) if mc.WIDGET_VIEW in o.get("data", {})]
+        assert len(views) >= 3, "chapter 3 shows three widgets"
+        assert mc.missing_widget_state(nb) == []
+
+
+@pytest.mark.fast
+def test_a_widget_view_without_state_is_caught():
+    nb = _read("chapters", *NOTEBOOKS[0])
+    stripped = copy.deepcopy(nb)
+    del stripped.metadata["widgets"]
+    assert len(mc.missing_widget_state(stripped)) >= 3
+    with pytest.raises(RuntimeError, match="without saved state"):
+        mc.carry(stripped, copy.deepcopy(stripped))
+
+
+@pytest.mark.fast
+def test_merge_streams_joins_consecutive_prints_only():
+    out = [nbformat.v4.new_output("stream", name="stdout", text=t) for t in ("a\n", "b\n")]
+    out.append(nbformat.v4.new_output("stream", name="stderr", text="w\n"))
+    merged = mc.merge_streams(out)
+    assert [(o.name, o.text) for o in merged] == [("stdout", "a\nb\n"), ("stderr", "w\n")]
+
+
+@pytest.mark.slow
+def test_check_reports_drift(tmp_path, capsys):
+    root = _course_copy(tmp_path)
+    chapter, notebook = NOTEBOOKS[0]
+    release = root / "chapters" / chapter / notebook
+    nb = nbformat.read(release, as_version=4)
+    nb.cells[0].source += "\nAn edit made by hand."
+    nbformat.write(nb, release)
+    assert mc.main(["--check", "--root", str(root)]) == 1
+    assert f"chapters/{chapter}/differs: {notebook}" in capsys.readouterr().err
+    source = root / "solutions" / chapter / notebook
+    nb = nbformat.read(source, as_version=4)
+    graded = _cells_by_grade_id(nb)[by_chapter(chapter)[0].test_grade_id]
+    graded.source = graded.source.replace("grade_in_notebook(", "print(")
+    nbformat.write(nb, source)
+    assert mc.main(["--check", "--root", str(root)]) == 1
+    assert "graded cells differ from the registry" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_regenerating_changes_nothing(tmp_path):
+    """`make chapters` on the committed state reproduces it byte for byte (so running it twice changes nothing)."""
+    root = _course_copy(tmp_path)
+    assert mc.generate(root, root, run=True) == []
+    for name in ("solutions", "chapters", "figures"):
+        assert mc.differences(REPO / name, root / name) == [], name
+
+
+@pytest.mark.slow
+def test_nbval_on_the_solutions():
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval", "--nbval-current-env",
+        "--nbval-sanitize-with", str(REPO / "tests" / "nbval_sanitize.cfg"), "-o", "addopts=",
+        *[str(REPO / "solutions" / c / n) for c, n in NOTEBOOKS],
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def _nbgrader(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args], cwd=root, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_nbgrader_round_trip_full_marks_for_solutions_zero_for_stubs(tmp_path):
+    """generate_assignment -> gradebook -> autograde -> export, with the real nbgrader and a real gradebook."""
+    from nbgrader.api import Gradebook
+
+    root = tmp_path / "course"
+    root.mkdir()
+    shutil.copytree(REPO / "solutions", root / "solutions")
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    chapters = sorted({c for c, _ in NOTEBOOKS})
+    for chapter in chapters:
+        _nbgrader(root, "generate_assignment", chapter, "--force")
+    submissions = {"reference": "solutions", "untouched": "chapters"}
+    for student, kind in submissions.items():
+        _nbgrader(root, "db", "student", "add", student)
+        for chapter, notebook in NOTEBOOKS:
+            target = root / "submitted" / student / chapter
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / kind / chapter / notebook, target / notebook)
+    for chapter in chapters:
+        _nbgrader(root, "autograde", chapter, "--force")
+    _nbgrader(root, "export", "--to", str(root / "grades.csv"))
+
+    total = {c: sum(e.points for e in by_chapter(c)) for c in chapters}
+    with open(root / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    scores = {(r["student_id"], r["assignment"]): float(r["raw_score"]) for r in rows}
+    for chapter in chapters:
+        assert scores[("reference", chapter)] == total[chapter]
+        assert scores[("untouched", chapter)] == 0
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for ex in REGISTRY:
+            for student, expected in (("reference", ex.points), ("untouched", 0)):
+                grade = gb.find_grade(ex.test_grade_id, ex.notebook.removesuffix(".ipynb"), ex.chapter, student)
+                assert grade.max_score == ex.points
+                assert grade.score == expected, f"{ex.id} for {student}: {grade.score} (expected {expected})"
