@@ -41,10 +41,12 @@ class TestResult:
     max_score: float
     output: str
     visibility: str = "visible"
+    passed: bool | None = None  # for 0-point lines (policy, performance); else score decides
 
     @property
     def status(self) -> str:
-        return "passed" if self.score >= self.max_score else "failed"
+        ok = self.score >= self.max_score if self.passed is None else self.passed
+        return "passed" if ok else "failed"
 
 
 @dataclass
@@ -176,7 +178,7 @@ def _policy(exercise: Exercise, extraction: Extraction) -> TestResult | None:
     text = (f"Your answer calls {', '.join(f'`{u}`' for u in used)}: this exercise asks you to write it yourself. "
             "Points are not deducted automatically; your instructor sees this line." if used
             else "No library shortcut for this exercise was used.")
-    return TestResult(f"{exercise.id} policy: no library shortcut", 0.0, 0.0, text)
+    return TestResult(f"{exercise.id} policy: no library shortcut", 0.0, 0.0, text, passed=not used)
 
 
 def _case_name(exercise: Exercise, case: Case) -> str:
@@ -204,7 +206,7 @@ def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public
              "blocked": list(BLOCKED_PACKAGES)}
     exercise_limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
     deadline = time.monotonic() + 3 * exercise_limits.call_timeout_s + exercise_limits.start_timeout_s
-    worker, slow, printed = None, [], []
+    worker, slow, printed, load_failure = None, [], [], None
     try:
         for number, case in enumerate(cases):
             name = _case_name(exercise, case)
@@ -212,9 +214,17 @@ def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public
                 report.tests.append(TestResult(name, 0.0, weight, "not run: the exercise used up its time limit "
                                                "(earlier cases timed out)"))
                 continue
+            if load_failure:
+                # The same code dies the same way while loading: no point starting it again.
+                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{load_failure}"))
+                continue
             try:
                 if worker is None:
-                    worker = Worker(setup, exercise_limits, hide)
+                    try:
+                        worker = Worker(setup, exercise_limits, hide)
+                    except WorkerDied as died:
+                        load_failure = f"{died.reason} (while running your notebook's code, before any test)"
+                        raise
                     if worker.ready.get("errors"):
                         notes += [f"error while running your code: {e}" for e in worker.ready["errors"]]
                     if not worker.ready.get("found"):
@@ -225,10 +235,10 @@ def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public
                 request = {"id": f"{number}-{seed}", "seed": seed + number, "args": args, "kwargs": kwargs}
                 reply, out, seconds = worker.call(request, buffers)
             except WorkerDied as died:
-                printed.append(worker.captured_output() if worker else "")
+                printed.append(worker.captured_output() if worker else died.output)
                 worker = None
-                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{died.reason}; "
-                                               "the remaining cases run in a fresh worker"))
+                reason = load_failure or f"{died.reason}; the remaining cases run in a fresh worker"
+                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{reason}"))
                 continue
             except _NotDefined as missing:
                 report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{missing}"))
@@ -246,7 +256,8 @@ def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public
     if slow:
         report.tests.append(TestResult(f"{exercise.id} performance", 0.0, 0.0,
                                        f"correct or not, these calls took longer than the budget of "
-                                       f"{exercise.time_budget_s:g} s (not counted as wrong): " + "; ".join(slow)))
+                                       f"{exercise.time_budget_s:g} s (not counted as wrong): " + "; ".join(slow),
+                                       passed=False))
     output = "".join(printed).strip()
     if output:
         notes.append("your code printed:\n\n```\n" + output[:2000].replace("```", "'''")
@@ -271,7 +282,11 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         if error.startswith("NotImplementedError"):
             return TestResult(name, 0.0, weight, "\n\n".join(lines + ["not implemented yet (the stub raises "
                                                                        "`NotImplementedError`)"]))
-        return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"your code raised `{error}`"]))
+        if error.startswith("MemoryError") or "can't allocate memory" in error:
+            error = f"exceeded the memory limit ({error[:200]})"
+        else:
+            error = f"your code raised `{error}`"
+        return TestResult(name, 0.0, weight, "\n\n".join(lines + [error]))
     try:
         got = wire.unpack_value(reply.get("value"), out)
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
@@ -304,13 +319,15 @@ def select_exercises(notebooks: list, chapter: str | None) -> list[tuple[Exercis
 
 def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int | None = None,
                public_only: bool = False, limits: Limits | None = None,
-               only: str | None = None) -> Report:
-    """Grade a notebook, folder or zip. ``only`` restricts to one exercise id (the hook)."""
+               only: str | None = None, hide_extra: tuple[str, ...] = ()) -> Report:
+    """Grade a notebook, folder or zip. ``only`` restricts to one exercise id (the hook);
+    ``hide_extra`` names more folders the workers must not see (where results go)."""
     start = time.monotonic()
     report = Report()
     limits = limits or Limits()
     notebooks = read_submission(path)
-    hide = hidden_paths([Path(path).resolve().parent if Path(path).is_file() else Path(path).resolve()])
+    hide = hidden_paths([Path(path).resolve().parent if Path(path).is_file() else Path(path).resolve(),
+                         *hide_extra])
     chosen = select_exercises(notebooks, chapter)
     if only is not None:
         chosen = [(e, nb) for e, nb in chosen if e.id == only] or [

@@ -96,5 +96,5 @@ def table(report: Report) -> str:
     lines = [f"{'test':<{width}}  {'points':>9}  status", "-" * (width + 19)]
     lines += [f"{n:<{width}}  {p:>9}  {s}" for n, p, s in rows]
     lines += ["-" * (width + 19), f"{'total':<{width}}  {f'{report.score:g}/{report.max_score:g}':>9}"]
-    details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.max_score == 0]
+    details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.name.endswith(" notes")]
     return "\n".join(lines + details + ([""] + report.notes if report.notes else []))

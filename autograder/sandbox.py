@@ -50,6 +50,7 @@ class WorkerDied(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.output = ""  # what the worker printed, when it died while loading
 
 
 @functools.cache
@@ -148,8 +149,9 @@ class Worker:
         try:
             wire.write_all(self._req_w, wire.encode_frame(frame, []))
             self.ready, _ = self._receive(self.limits.start_timeout_s)
-        except WorkerDied:
+        except WorkerDied as died:
             self.kill()
+            died.output = self.captured_output()
             raise
 
     def _drain(self) -> None:
