@@ -1,0 +1,222 @@
+"""The website: it builds without warnings, leaks no solution, keeps widget state, and works in a browser offline.
+
+All tests share one build of `_build/html` (an xdist group keeps them on one worker). The
+browser test drives Debian's Chromium (`/usr/bin/chromium`, installed by `.ci/run`) with
+Playwright and saves a screenshot of every page under `_build/screenshots/`.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SITE = REPO / "_build" / "html"
+SHOTS = REPO / "_build" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]  # fmt: skip
+#: Every page of the book declares THEBE_JS_URL twice; the browser reports it, and it is harmless.
+KNOWN_CONSOLE_ERROR = "THEBE_JS_URL"
+VIEW = "application/vnd.jupyter.widget-view+json"
+STATE = "application/vnd.jupyter.widget-state+json"
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book")]
+
+
+def _toc_pages() -> list[str]:
+    """The built pages of every file in _toc.yml, relative to the site root."""
+    files = re.findall(r"(?:root|file):\s*(\S+)", (REPO / "_toc.yml").read_text())
+    return [f"{f}.html" for f in files]
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(REPO), "-W", "--keep-going", "--all"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-5000:]
+    assert "WARNING" not in log, log[-5000:]
+    return SITE
+
+
+def test_every_toc_page_is_built_and_assets_are_local(site):
+    for page in _toc_pages():
+        text = (site / page).read_text()
+        for src in re.findall(r'<script[^>]*src="([^"]+)"', text):
+            assert not src.startswith(("http:", "https:", "//")), f"{page} loads {src} from the network"
+    for asset in ("mathjax/tex-mml-chtml.js", "require.js", "widgets/embed-amd.js"):
+        assert (site / "_static" / asset).is_file(), asset
+    chapter = (site / "chapters/03_attention/attention.html").read_text()
+    assert "colab.research.google.com" in chapter, "the chapter has a Colab launch button"
+    assert "_static/mathjax/tex-mml-chtml.js" in chapter and "_static/widgets/embed-amd.js" in chapter
+
+
+def test_the_download_button_gives_the_student_notebook(site):
+    chapter = (site / "chapters/03_attention/attention.html").read_text()
+    assert "_sources/chapters/03_attention/attention.ipynb" in chapter
+    downloaded = nbformat.read(site / "_sources/chapters/03_attention/attention.ipynb", as_version=4)
+    released = nbformat.read(REPO / "chapters/03_attention/attention.ipynb", as_version=4)
+    assert [c.source for c in downloaded.cells] == [c.source for c in released.cells]
+    assert not list(site.rglob("solutions")), "no copy of solutions/ in the site"
+
+
+def _text(path: Path) -> str:
+    """What a reader could see in a built file, whitespace collapsed: page text, or notebook sources."""
+    raw = path.read_text(errors="replace")
+    if path.suffix == ".ipynb":
+        nb = json.loads(raw)
+        raw = "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb["cells"])
+    elif path.suffix == ".html":
+        raw = html_lib.unescape(re.sub(r"<[^>]+>", "", raw))
+    return " ".join(raw.split())
+
+
+def _sentinels() -> dict[str, list[str]]:
+    """Distinctive lines of each solution region and hidden test: those the student notebook does not contain."""
+    found: dict[str, list[str]] = {}
+    for source in sorted((REPO / "solutions").glob("*/*.ipynb")):
+        release = (REPO / "chapters" / source.parent.name / source.name).read_text()
+        released_text = " ".join(_text(REPO / "chapters" / source.parent.name / source.name).split())
+        for cell in nbformat.read(source, as_version=4).cells:
+            for begin, end in (("### BEGIN SOLUTION", "### END SOLUTION"), ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")):
+                if begin not in cell.source:
+                    continue
+                region = cell.source.split(begin, 1)[1].split(end, 1)[0]
+                lines = [" ".join(line.split()) for line in region.splitlines()]
+                lines = [line for line in lines if len(line) >= 12 and line not in released_text and line not in release]
+                key = f"{source.parent.name}/{cell.metadata['nbgrader']['grade_id']}"
+                found[key] = lines
+    return found
+
+
+def _leaks(texts: dict[str, str], sentinels: dict[str, list[str]]) -> list[str]:
+    return [f"{region}: {line!r} in {name}" for name, text in texts.items() for region, lines in sentinels.items() for line in lines if line in text]
+
+
+def test_no_solution_or_hidden_test_reaches_the_site(site):
+    sentinels = _sentinels()
+    assert len(sentinels) == 4 and all(sentinels.values()), "each region has lines to look for"
+    texts = {str(p.relative_to(site)): _text(p) for p in site.rglob("*") if p.suffix in {".html", ".ipynb", ".txt", ".md", ".json"}}
+    assert _leaks(texts, sentinels) == []
+    # The check can fail: a page quoting one solution line is caught.
+    line = next(iter(sentinels.values()))[0]
+    assert _leaks({"page.html": f"some prose {line} more"}, sentinels)
+
+
+def widget_views_without_state(page_html: str) -> list[str]:
+    """Model ids of widget views on a page that the page's saved widget state does not hold."""
+    views = [json.loads(m)["model_id"] for m in re.findall(rf'<script type="{re.escape(VIEW)}">(.*?)</script>', page_html, re.S)]
+    states = re.findall(rf'<script type="{re.escape(STATE)}">(.*?)</script>', page_html, re.S)
+    known = set().union(*(json.loads(html_lib.unescape(s))["state"] for s in states)) if states else set()
+    return [v for v in views if v not in known]
+
+
+def test_pages_with_widget_views_carry_their_state(site):
+    chapter = (site / "chapters/03_attention/attention.html").read_text()
+    assert chapter.count(f'<script type="{VIEW}">') == 3
+    for page in _toc_pages():
+        assert widget_views_without_state((site / page).read_text()) == [], page
+    # A page with a view and no state fails (such a widget would vanish from the page silently).
+    stateless = re.sub(rf'<script type="{re.escape(STATE)}">.*?</script>', "", chapter, flags=re.S)
+    assert len(widget_views_without_state(stateless)) == 3
+
+
+_FRAME_FINGERPRINT = """root => {
+  const frames = root.lastElementChild;           // the Stack: only the chosen frame is attached
+  return frames ? frames.innerHTML : "";  // each PNG frame has its own blob: URL
+}"""
+
+
+def _check_page(browser, page_name: str) -> dict:
+    """Open one page offline; return what was seen. Screenshots go to _build/screenshots/."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    external: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def offline(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            external.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", offline)
+    page.goto((SITE / page_name).as_uri(), wait_until="load")
+    page.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+    n_views = page.locator(f'script[type="{VIEW}"]').count()
+    if n_views:
+        page.wait_for_function(
+            f"""() => Array.from(document.querySelectorAll('script[type="{VIEW}"]'))
+                 .every(s => s.parentElement.querySelector('.widget-subarea > .jupyter-widgets'))""",
+            timeout=30_000,
+        )
+    seen = {
+        "math": page.locator("span.math, div.math").count(),
+        "typeset": page.locator("mjx-container").count(),
+        "math_errors": page.locator("mjx-merror").count(),
+        "views": n_views,
+        "moved": [],
+    }
+    stem = page_name.removesuffix(".html").replace("/", "_")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{stem}.png"), full_page=True)
+    roots = page.locator(".widget-subarea > .jupyter-widgets")
+    for i in range(roots.count()):
+        root = roots.nth(i)
+        root.scroll_into_view_if_needed()
+        before = root.evaluate(_FRAME_FINGERPRINT)
+        handle = root.locator(".noUi-handle")
+        if handle.count():
+            handle.first.focus()
+            for _ in range(2):
+                page.keyboard.press("ArrowRight")
+            kind = "slider"
+        else:
+            root.locator(".widget-toggle-button:not(.mod-active)").first.click()
+            kind = "toggle"
+        page.wait_for_timeout(300)
+        after = root.evaluate(_FRAME_FINGERPRINT)
+        root.screenshot(path=str(SHOTS / f"{stem}-widget{i}-after-{kind}.png"))
+        seen["moved"].append((kind, before != after and bool(after)))
+    seen["errors"] = [e for e in errors if KNOWN_CONSOLE_ERROR not in e]
+    seen["external"] = external
+    page.close()
+    return seen
+
+
+def test_browser_every_page_renders_math_and_responsive_widgets_offline(site):
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.is_file(), "Debian's chromium is needed: apt-get install -y chromium (.ci/run does this)"
+    assert 'url=intro.html' in (site / "index.html").read_text(), "index.html forwards to the intro"
+    pages = _toc_pages()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            report = {name: _check_page(browser, name) for name in pages}
+        finally:
+            browser.close()
+    for name, seen in report.items():
+        assert seen["errors"] == [], f"{name}: console errors {seen['errors']}"
+        assert seen["external"] == [], f"{name}: tried the network {seen['external']}"
+        assert seen["typeset"] >= seen["math"] and seen["math_errors"] == 0, f"{name}: math not typeset {seen}"
+        assert len(seen["moved"]) == seen["views"], f"{name}: not every widget rendered {seen}"
+        assert all(changed for _, changed in seen["moved"]), f"{name}: a control did not change its frame {seen['moved']}"
+    chapter = report["chapters/03_attention/attention.html"]
+    assert chapter["typeset"] > 20 and sorted(kind for kind, _ in chapter["moved"]) == ["slider", "toggle", "toggle"]
+    assert report["intro.html"]["typeset"] == 0 or report["intro.html"]["math_errors"] == 0
