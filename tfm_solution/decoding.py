@@ -10,6 +10,7 @@ Both paths give the same tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -57,7 +58,17 @@ def _check(max_len: int, src: torch.Tensor, src_mask: torch.Tensor) -> None:
                          f"{tuple(src_mask.shape)}")
 
 
-def _autoregress(model, src, src_mask, max_len, start_symbol, end_symbol, pad, use_cache, choose) -> torch.Tensor:
+def _autoregress(
+    model: EncoderDecoder,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    max_len: int,
+    start_symbol: int,
+    end_symbol: int | None,
+    pad: int,
+    use_cache: bool,
+    choose: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
     """Shared loop of greedy search and sampling: ``choose(log_probs) -> (batch,)`` picks each token."""
     _check(max_len, src, src_mask)
     dec = IncrementalDecoder(model, src, src_mask, use_cache)
@@ -123,6 +134,18 @@ def shape_logits(
     return logits
 
 
+def sample_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One draw per row from the shaped distribution: ``(batch, vocab) -> (batch,)`` ids."""
+    probs = shape_logits(logits, temperature, top_k, top_p).softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 @torch.no_grad()
 def sample(
     model: EncoderDecoder,
@@ -144,8 +167,7 @@ def sample(
     """
 
     def choose(log_probs: torch.Tensor) -> torch.Tensor:
-        probs = shape_logits(log_probs, temperature, top_k, top_p).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return sample_token(log_probs, temperature, top_k, top_p, generator)
 
     return _autoregress(model, src, src_mask, max_len, start_symbol, end_symbol, pad, use_cache, choose)
 
@@ -190,6 +212,8 @@ def beam_search(
     _check(max_len, src, src_mask)
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0 (the early stop relies on it), got {alpha}")
     batch, k, device = src.size(0), beam_size, src.device
     dec = IncrementalDecoder(model, src, src_mask, use_cache)
     dec.reorder(torch.arange(batch, device=device).repeat_interleave(k))

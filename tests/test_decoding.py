@@ -1,0 +1,181 @@
+"""Decoding strategies against independent oracles: exhaustive search, hand-built top-k/top-p
+sets, a float64 shaped distribution with a chi-square test, and greedy search itself."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from tfm_solution import make_model
+from tfm_solution.decoding import (beam_search, greedy_decode, length_penalty, sample, sample_token,
+                                   shape_logits)
+
+pytestmark = pytest.mark.fast
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+def tiny_model(vocab=9, seed=0, flat=False):
+    """A random model; ``flat`` shrinks the output layer so that runners-up are close to the best."""
+    torch.manual_seed(seed)
+    model = make_model(vocab, vocab, N=1, d_model=16, d_ff=32, h=2).eval()
+    if flat:
+        with torch.no_grad():
+            model.generator.proj.weight.mul_(0.2)
+    return model
+
+
+def source(batch=2, length=5, vocab=9):
+    src = torch.randint(3, vocab, (batch, length), generator=torch.Generator().manual_seed(4))
+    src[-1, 3:] = PAD
+    return src, (src != PAD).unsqueeze(-2)
+
+
+def test_greedy_stops_each_sequence_at_its_end_symbol():
+    model = tiny_model()
+    src, src_mask = source(batch=4)
+    src_mask = src_mask.expand(4, 1, 5)
+    free = greedy_decode(model, src, src_mask, 12, BOS, None)  # no end symbol: full length
+    assert free.shape == (4, 12)
+    # Choose as "end symbol" a token the free run emits, so some rows end early.
+    eos = int(free[0, 3])
+    out = greedy_decode(model, src, src_mask, 12, BOS, eos, PAD)
+    for row, free_row in zip(out.tolist(), free.tolist()):
+        gen = free_row[1:]
+        if eos in gen:
+            cut = gen.index(eos) + 1
+            assert row[1: cut + 1] == gen[:cut]
+            assert all(t == PAD for t in row[cut + 1:])
+        else:
+            assert row == free_row
+    assert out.size(1) <= 12
+
+
+@pytest.mark.parametrize("eos", range(2, 9))
+def test_beam_size_one_is_greedy(eos):
+    # Every token in turn plays the end symbol, so that it is often the runner-up of a step.
+    model = tiny_model(flat=True)
+    src, src_mask = source()
+    greedy = greedy_decode(model, src, src_mask, 10, BOS, eos, PAD)
+    beams = beam_search(model, src, src_mask, 10, BOS, eos, beam_size=1, alpha=0.0)
+    for row, hyps in zip(greedy.tolist(), beams):
+        tokens = hyps[0].tokens
+        assert row[: len(tokens)] == tokens and all(t == PAD for t in row[len(tokens):])
+
+
+def sequence_log_prob(model, src, src_mask, tokens):
+    """Oracle: sum of log-probabilities from one full teacher-forced forward pass."""
+    ys = torch.tensor([tokens[:-1]])
+    mask = torch.ones(1, ys.size(1), ys.size(1)).tril().bool()
+    lp = model.generator(model(src, ys, src_mask, mask))[0]
+    return float(lp[torch.arange(len(tokens) - 1), torch.tensor(tokens[1:])].sum())
+
+
+@pytest.mark.parametrize("alpha,seed", [(0.0, 7), (0.6, 7), (2.0, 7), (1.0, 3), (3.0, 5)])
+def test_beam_search_equals_exhaustive_search(alpha, seed):
+    vocab, max_len = 5, 5  # at most 4 new tokens over a vocabulary of 5
+    model = tiny_model(vocab, seed=seed)
+    src, src_mask = source(batch=1, vocab=vocab)
+    candidates = []
+    for n in range(1, max_len):
+        for gen in itertools.product(range(vocab), repeat=n):
+            if EOS in gen[:-1] or (n < max_len - 1 and gen[-1] != EOS):
+                continue  # EOS only at the end; shorter than the limit only if ended
+            tokens = [BOS, *gen]
+            with torch.no_grad():
+                score = sequence_log_prob(model, src, src_mask, tokens)
+            candidates.append((score / ((5 + n) / 6) ** alpha, tokens))
+    candidates.sort(reverse=True)
+    hyps = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=128, alpha=alpha, n_best=3)[0]
+    assert [h.tokens for h in hyps] == [c[1] for c in candidates[:3]]
+    torch.testing.assert_close(torch.tensor([h.score for h in hyps]),
+                               torch.tensor([c[0] for c in candidates[:3]]), atol=1e-5, rtol=0)
+
+
+def test_beam_search_batched_equals_one_sentence_at_a_time():
+    model = tiny_model()
+    src, src_mask = source(batch=3)
+    together = beam_search(model, src, src_mask, 9, BOS, EOS, beam_size=3, n_best=2)
+    for b in range(3):
+        alone = beam_search(model, src[b:b + 1], src_mask[b:b + 1], 9, BOS, EOS, beam_size=3, n_best=2)[0]
+        assert [h.tokens for h in together[b]] == [h.tokens for h in alone]
+
+
+def test_length_penalty_formula():
+    assert length_penalty(7, 0.0) == 1.0
+    assert math.isclose(length_penalty(7, 0.6), 2.0 ** 0.6)
+
+
+def test_top_k_never_emits_outside_the_k_most_likely():
+    logits = torch.randn(200, 30, generator=torch.Generator().manual_seed(0))
+    draws = sample_token(logits, top_k=4, generator=torch.Generator().manual_seed(1))
+    top4 = logits.topk(4, dim=-1).indices
+    assert (top4 == draws[:, None]).any(dim=1).all()
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p():
+    g = torch.Generator().manual_seed(2)
+    for _ in range(50):
+        logits = torch.randn(12, generator=g, dtype=torch.float64) * 2
+        p = float(torch.rand(1, generator=g)) * 0.98 + 0.01
+        probs = logits.softmax(-1)
+        order = probs.argsort(descending=True)
+        cum = probs[order].cumsum(0)
+        m = int((cum < p).sum()) + 1  # smallest m with mass of the top m >= p
+        expected = set(order[:m].tolist())
+        kept = set(torch.isfinite(shape_logits(logits, top_p=p)).nonzero().flatten().tolist())
+        assert kept == expected
+
+
+def test_tiny_temperature_is_greedy():
+    model = tiny_model()
+    src, src_mask = source()
+    greedy = greedy_decode(model, src, src_mask, 10, BOS, EOS, PAD)
+    cold = sample(model, src, src_mask, 10, BOS, EOS, PAD, temperature=1e-4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(greedy, cold)
+
+
+CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12}  # p = 0.001
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.7, 6, None), (1.5, None, 0.8),
+                                                     (0.9, 5, 0.9)])
+def test_sample_frequencies_match_the_shaped_distribution(temperature, top_k, top_p):
+    logits = torch.tensor([2.0, 1.5, 1.2, 0.9, 0.5, 0.1, -0.3, -1.0, -2.0])
+    # Oracle in float64: temperature, then the k best, then the nucleus, renormalised.
+    q = (logits.double() / temperature).softmax(-1)
+    keep = torch.ones(9, dtype=torch.bool)
+    if top_k:
+        keep[q.argsort(descending=True)[top_k:]] = False
+    if top_p:
+        r = torch.where(keep, q, 0) / torch.where(keep, q, 0).sum()
+        order = r.argsort(descending=True)
+        m = int((r[order].cumsum(0) < top_p).sum()) + 1
+        keep[order[m:]] = False
+    expected = torch.where(keep, q, 0) / torch.where(keep, q, 0).sum()
+    n = 20000
+    draws = sample_token(logits.expand(n, 9), temperature, top_k, top_p, torch.Generator().manual_seed(11))
+    counts = torch.bincount(draws, minlength=9).double()
+    assert counts[~keep].sum() == 0
+    chi2 = float((((counts - n * expected) ** 2) / (n * expected))[keep].sum())
+    assert chi2 < CHI2_999[int(keep.sum()) - 1]
+
+
+def test_bad_arguments_are_clear_errors():
+    model = tiny_model()
+    src, src_mask = source()
+    with pytest.raises(ValueError, match="temperature"):
+        shape_logits(torch.zeros(3), temperature=0)
+    with pytest.raises(ValueError, match="top_k"):
+        shape_logits(torch.zeros(3), top_k=0)
+    with pytest.raises(ValueError, match="top_p"):
+        shape_logits(torch.zeros(3), top_p=1.5)
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_decode(model, src, src_mask, 0, BOS)
+    with pytest.raises(ValueError, match="src_mask"):
+        greedy_decode(model, src, src_mask[:, 0], 5, BOS)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(model, src, src_mask, 5, BOS, EOS, beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search(model, src, src_mask, 5, BOS, EOS, alpha=-1)

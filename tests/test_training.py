@@ -1,0 +1,234 @@
+"""Training pieces against oracles: label smoothing vs the notes' KLDivLoss construction, gradient
+accumulation vs one large batch, the optimizer and schedule, checkpoints, and the copy task."""
+
+import copy
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from tfm_solution import make_model, masks, schedule
+from tfm_solution.checkpoint import load_checkpoint, load_optimizer, save_checkpoint
+from tfm_solution.data import PAD, TokenizerPair, collate, copy_examples, copy_tokenizer
+from tfm_solution.training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, autocast,
+                                   distributed_context, make_optimizer, rate, run_epoch, select_device)
+
+
+def notes_label_smoothing(x, target, size, padding_idx, smoothing):
+    """Oracle: the notes' construction, fed to nn.KLDivLoss (valid while x is finite)."""
+    true_dist = torch.full_like(x, smoothing / (size - 2))
+    true_dist.scatter_(1, target.unsqueeze(1), 1.0 - smoothing)
+    true_dist[:, padding_idx] = 0
+    rows = torch.nonzero(target == padding_idx)
+    if rows.numel():
+        true_dist.index_fill_(0, rows.squeeze(1), 0.0)
+    return nn.KLDivLoss(reduction="sum")(x, true_dist), true_dist
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.4])
+def test_label_smoothing_matches_the_notes_on_finite_inputs(smoothing):
+    x = torch.randn(12, 7).log_softmax(-1).requires_grad_()
+    target = torch.tensor([1, 0, 3, 6, 0, 2, 5, 4, 1, 0, 6, 3])
+    crit = LabelSmoothing(7, padding_idx=0, smoothing=smoothing)
+    expected, dist = notes_label_smoothing(x.detach(), target, 7, 0, smoothing)
+    loss = crit(x, target)
+    torch.testing.assert_close(loss, expected)
+    assert torch.equal(crit.true_dist, dist)
+    assert (crit.true_dist[target == 0] == 0).all() and (crit.true_dist[:, 0] == 0).all()
+    torch.testing.assert_close(crit.true_dist[target != 0].sum(-1), torch.ones(9))  # mass over size - 2 + 1 classes
+
+
+@pytest.mark.fast
+def test_label_smoothing_is_finite_with_minus_inf_log_probs():
+    x = torch.randn(4, 6).log_softmax(-1)
+    x[:, 0] = -torch.inf  # the padding column
+    x[3] = -torch.inf  # a padding row with every log-probability -inf
+    x.requires_grad_()
+    target = torch.tensor([2, 5, 1, 0])
+    loss = LabelSmoothing(6, 0, 0.2)(x, target)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
+    assert (x.grad[3] == 0).all() and (x.grad[:, 0] == 0).all()
+
+
+@pytest.mark.fast
+def test_label_smoothing_rejects_bad_shapes_and_values():
+    with pytest.raises(ValueError, match="size"):
+        LabelSmoothing(2, 0)
+    with pytest.raises(ValueError, match="smoothing"):
+        LabelSmoothing(5, 0, 1.0)
+    with pytest.raises(ValueError, match="expected x"):
+        LabelSmoothing(5, 0)(torch.zeros(3, 4), torch.zeros(3, dtype=torch.long))
+
+
+@pytest.mark.fast
+def test_reexports_and_simple_loss_compute():
+    assert Batch is masks.Batch and rate is schedule.rate
+    gen = nn.Sequential(nn.Linear(8, 5), nn.LogSoftmax(-1))
+    x, y = torch.randn(2, 3, 8), torch.tensor([[1, 2, 0], [3, 4, 1]])
+    total, node = SimpleLossCompute(gen, nn.NLLLoss(reduction="sum", ignore_index=0))(x, y, 5)
+    expected = nn.functional.nll_loss(gen(x).view(-1, 5), y.view(-1), reduction="sum", ignore_index=0)
+    torch.testing.assert_close(total, expected)
+    torch.testing.assert_close(node, expected / 5)
+    assert node.requires_grad and not total.requires_grad
+
+
+def copy_batches(n_batches, batch_size, seed=0):
+    examples = copy_examples(n_batches * batch_size, 6, 11, torch.Generator().manual_seed(seed))
+    return [collate(examples, range(i * batch_size, (i + 1) * batch_size)) for i in range(n_batches)]
+
+
+def small_model():
+    return make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, dropout=0.0)
+
+
+@pytest.mark.fast
+def test_accumulated_gradients_equal_one_large_batch():
+    micro = copy_batches(4, 3)
+    big = Batch(torch.cat([b.src for b in micro]), torch.cat([torch.cat([b.tgt, b.tgt_y[:, -1:]], 1) for b in micro]),
+                pad=PAD)
+    model_a = small_model()
+    model_b = copy.deepcopy(model_a)
+    grads = {}
+
+    class Capture(torch.optim.SGD):  # record the gradient the optimizer steps with
+        def step(self, closure=None):
+            grads.setdefault(id(self), []).append([p.grad.clone() for p in self.param_groups[0]["params"]])
+            return super().step(closure)
+
+    results = []
+    for model, data, accum in [(model_a, micro, 4), (model_b, [big], 1)]:
+        opt = Capture(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        crit = LabelSmoothing(11, PAD, 0.1)
+        _, state = run_epoch(data, model, SimpleLossCompute(model.generator, crit), opt, sched, "train", accum)
+        results.append((grads[id(opt)], state, sched.last_epoch))
+    (ga, state_a, sched_a), (gb, state_b, sched_b) = results
+    assert len(ga) == len(gb) == 1  # one optimizer step each
+    for a, b in zip(ga[0], gb[0]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert (state_a.step, state_a.accum_step, sched_a) == (4, 1, 1)
+    assert (state_b.step, state_b.accum_step, sched_b) == (1, 1, 1)
+    assert state_a.tokens == state_b.tokens == 4 * 3 * 7
+    for pa, pb in zip(model_a.parameters(), model_b.parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.fast
+def test_partial_accumulation_group_still_steps_and_eval_mode_does_not():
+    model = small_model()
+    opt, sched = make_optimizer(model, 16, 1.0, 10)
+    loss_compute = SimpleLossCompute(model.generator, LabelSmoothing(11, PAD))
+    _, state = run_epoch(copy_batches(5, 2), model, loss_compute, opt, sched, "train", accum_iter=2)
+    assert state.accum_step == 3 and sched.last_epoch == 3
+    before = [p.clone() for p in model.parameters()]
+    loss, state2 = run_epoch(copy_batches(2, 2), model, loss_compute, mode="eval")
+    assert state2 is not state and state2.step == 0 and loss > 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ValueError, match="mode"):
+        run_epoch([], model, loss_compute, mode="predict")
+    with pytest.raises(ValueError, match="accum_iter"):
+        run_epoch([], model, loss_compute, opt, sched, accum_iter=0)
+
+
+@pytest.mark.fast
+def test_on_step_can_stop_early():
+    model = small_model()
+    opt, sched = make_optimizer(model, 16)
+    _, state = run_epoch(copy_batches(6, 2), model, SimpleLossCompute(model.generator, LabelSmoothing(11, PAD)),
+                         opt, sched, on_step=lambda st, loss: st.accum_step >= 2)
+    assert state.accum_step == 2 and state.step == 2
+
+
+@pytest.mark.fast
+def test_train_state_has_no_shared_default():
+    a, b = TrainState(), TrainState()
+    a.step += 1
+    assert b.step == 0
+
+
+@pytest.mark.fast
+def test_optimizer_is_the_papers_adam_and_lr_follows_rate():
+    model = small_model()
+    opt, sched = make_optimizer(model, d_model=16, factor=2.0, warmup=5)
+    group = opt.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+    lrs = []
+    for _ in range(12):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    # independent formula: 2 * 16^-0.5 * min(s^-0.5, s * 5^-1.5), step 0 counted as 1
+    expected = [2 * 16 ** -0.5 * min(max(s, 1) ** -0.5, max(s, 1) * 5 ** -1.5) for s in range(12)]
+    assert lrs == pytest.approx(expected)
+
+
+@pytest.mark.fast
+def test_device_selection_and_autocast_on_cpu():
+    assert select_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available() and torch.backends.mps.is_available():
+        expected = "mps"
+    assert select_device().type == expected
+    with autocast(torch.device("cpu")):
+        assert torch.ones(2, 2) @ torch.ones(2, 2) is not None and not torch.is_autocast_enabled("cpu")
+
+
+@pytest.mark.fast
+def test_distributed_context_outside_torchrun_and_with_one_gloo_process(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with distributed_context() as (rank, world):
+        assert (rank, world) == (0, 1)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with distributed_context() as ctx:
+        assert ctx == (0, 1)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    # a "group" of two whose second member never comes would hang: pretend the group is already up
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        with distributed_context() as ctx:
+            assert ctx == (0, 1)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.fast
+def test_checkpoint_round_trip_and_resume_state(tmp_path):
+    model = make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, tie_embeddings=True)
+    cfg = dict(src_vocab=11, tgt_vocab=11, N=1, d_model=16, d_ff=32, h=2, tie_embeddings=True)
+    opt, sched = make_optimizer(model, 16)
+    run_epoch(copy_batches(2, 2), model, SimpleLossCompute(model.generator, LabelSmoothing(11, PAD)), opt, sched)
+    tok = copy_tokenizer(11)
+    save_checkpoint(tmp_path, model, cfg, {"task": "copy"}, TokenizerPair(tok, tok), TrainState(5, 2, 4, 40), opt, sched)
+    loaded, meta, tokenizers, state = load_checkpoint(tmp_path)
+    assert state == TrainState(5, 2, 4, 40) and meta["run"] == {"task": "copy"}
+    assert loaded.src_embed[0].lut.weight is loaded.generator.proj.weight  # tying survives
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert tokenizers.src.encode("5 7").ids == [5, 7]
+    opt2, sched2 = make_optimizer(loaded, 16)
+    load_optimizer(tmp_path, opt2, sched2)
+    assert sched2.last_epoch == sched.last_epoch
+    torch.testing.assert_close(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    with pytest.raises(FileNotFoundError, match="not a checkpoint"):
+        load_checkpoint(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_copy_task_reaches_exact_match_on_cpu_within_60_seconds(tmp_path):
+    from tfm_solution.experiment import default_run, evaluate, train
+
+    start = time.perf_counter()  # one thread (conftest), as each xdist worker has
+    metrics = train(default_run("copy", "tiny"), tmp_path, device="cpu", progress=False)
+    seconds = time.perf_counter() - start
+    scores = evaluate(tmp_path, split="test", device="cpu")  # held-out sequences never trained on
+    assert scores["exact_match"] == 1.0, (scores, metrics)
+    assert seconds < 60, f"training took {seconds:.1f} s"
