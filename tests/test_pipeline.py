@@ -48,7 +48,8 @@ def _course_copy(tmp_path: Path) -> Path:
     root.mkdir()
     for name in ("solutions", "chapters", "figures"):
         shutil.copytree(REPO / name, root / name)
-    shutil.copy(REPO / "nbgrader_config.py", root)
+    for name in ("nbgrader_config.py", "README.md"):
+        shutil.copy(REPO / name, root)
     return root
 
 
@@ -142,6 +143,7 @@ def test_regenerating_changes_nothing(tmp_path):
     assert mc.generate(root, root, run=True) == []
     for name in ("solutions", "chapters", "figures"):
         assert mc.differences(REPO / name, root / name) == [], name
+    assert (root / "README.md").read_text() == (REPO / "README.md").read_text()
 
 
 @pytest.mark.slow
