@@ -40,8 +40,9 @@ def _toc_pages() -> list[str]:
     return [f"{f}.html" for f in files]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site() -> Path:
+    """Build the site once per test session (a module fixture would rebuild whenever xdist interleaves)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(REPO), "-W", "--keep-going", "--all"]
