@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 import traceback
+from pathlib import Path
 
 from autograder.results import error_results, table, to_gradescope, write_results
 
@@ -13,11 +15,16 @@ from autograder.results import error_results, table, to_gradescope, write_result
 def _grade(args: argparse.Namespace) -> int:
     start = time.monotonic()
     try:
+        from autograder.sandbox import fork_server
+
+        # The fork server imports torch while this process does the same: both at once.
+        threading.Thread(target=fork_server, daemon=True).start()
         from autograder.grade import grade_path
         from autograder.extract import SubmissionError
 
         try:
-            report = grade_path(args.submission, chapter=args.chapter, seed=args.seed, public_only=args.public_only)
+            report = grade_path(args.submission, chapter=args.chapter, seed=args.seed, public_only=args.public_only,
+                                hide_extra=(str(Path(args.results).resolve().parent),))
         except SubmissionError as exc:
             results = error_results(str(exc), time.monotonic() - start)
             results["tests"][0]["name"] = "could not read the submission"

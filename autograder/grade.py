@@ -326,8 +326,8 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
     report = Report()
     limits = limits or Limits()
     notebooks = read_submission(path)
-    hide = hidden_paths([Path(path).resolve().parent if Path(path).is_file() else Path(path).resolve(),
-                         *hide_extra])
+    # The submission's folder and its parent (where other submissions of a batch lie).
+    hide = hidden_paths([Path(path).resolve(), Path(path).resolve().parent, *hide_extra])
     chosen = select_exercises(notebooks, chapter)
     if only is not None:
         chosen = [(e, nb) for e, nb in chosen if e.id == only] or [

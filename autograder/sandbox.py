@@ -1,18 +1,20 @@
 """Starting, talking to and killing grading workers (the harness side of the boundary).
 
-A worker is ``python -I -S autograder/worker.py`` started with an allow-listed environment
-and stdin from /dev/null, in its own session. Where the operating system allows it, it is
-also started by ``unshare`` in fresh network, mount and PID namespaces (as root directly,
-otherwise inside a user namespace): no network, the harness's files hidden under empty
-mounts, and killing the namespace's first process kills every process the submission made.
-Otherwise the process group is killed, and the report says the isolation was weaker.
+Workers are forked by one fork server per harness process (``worker.fork_server``: a
+``python -I -S`` with an allow-listed environment that imports torch once, so a worker costs
+milliseconds, not seconds). Where the operating system allows it, each worker gets fresh
+mount, network and PID namespaces (as root directly, otherwise inside a user namespace): no
+network, the harness's files hidden under empty mounts, and killing the worker, the first
+process of its PID namespace, kills every process the submission made. Otherwise its
+process group is killed, and the report says the isolation was weaker.
 """
 
 from __future__ import annotations
 
-import functools
+import json
 import os
 import select
+import socket
 import shutil
 import signal
 import subprocess
@@ -53,19 +55,57 @@ class WorkerDied(Exception):
         self.output = ""  # what the worker printed, when it died while loading
 
 
-@functools.cache
-def isolation() -> tuple[list[str], bool, str]:
-    """(command prefix, drop to nobody, description) for the strongest isolation that works here."""
-    unshare = shutil.which("unshare")
-    if unshare and sys.platform.startswith("linux"):
-        base = [unshare, "--net", "--mount", "--pid", "--fork", "--kill-child"]
-        root = os.geteuid() == 0
-        prefix = base if root else [*base[:1], "--user", "--map-root-user", *base[1:]]
-        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=20, check=False)
-        if probe.returncode == 0:
-            who = "runs as nobody" if root else "runs without privileges in a user namespace"
-            return prefix, root, f"namespaces (no network, harness files hidden, own PIDs); {who}"
-    return [], False, "process group and resource limits only (namespaces unavailable): network not blocked"
+class _ForkServer:
+    """The process that imports torch once and forks every worker (see ``worker.fork_server``)."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+            [sys.executable, "-I", "-S", str(WORKER_SCRIPT), str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_ENV,
+            cwd="/", start_new_session=True)
+        theirs.close()
+        ours.settimeout(120)
+        ours.send(json.dumps({"sys_path": _site_paths()}).encode())
+        hello = json.loads(ours.recv(1 << 16))
+        ours.settimeout(None)
+        self.namespaces, self.root = hello["namespaces"], hello["root"]
+
+    def spawn(self, fds: list[int], isolate: bool) -> tuple[int, int]:
+        """Fork a worker wired to ``fds``; (waiting child's PID, worker's PID)."""
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps({"isolate": isolate}).encode()], fds)
+            reply = json.loads(self.sock.recv(1 << 16))
+        return reply["pid"], reply["worker"]
+
+
+_SERVER: _ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def fork_server() -> _ForkServer:
+    """The running fork server, started (again) when needed."""
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is None or _SERVER.proc.poll() is not None:
+            _SERVER = _ForkServer()
+        return _SERVER
+
+
+def isolation() -> tuple[bool, bool, str]:
+    """(namespaces, drop to nobody, description) of the isolation workers get here."""
+    server = fork_server()
+    if server.namespaces:
+        who = "runs as nobody" if server.root else "runs without privileges in a user namespace"
+        return True, server.root, f"namespaces (no network, harness files hidden, own PIDs); {who}"
+    # Without namespaces, root can still give up root, if nobody can reach the interpreter.
+    drop = server.root and not covered_paths()
+    return False, drop, ("process group and resource limits only (namespaces unavailable): network not blocked"
+                         + ("; runs as nobody" if drop else ""))
 
 
 def _site_paths() -> list[str]:
@@ -103,7 +143,8 @@ def hidden_paths(extra: list[str | os.PathLike]) -> list[str]:
     for path in candidates:
         path = path.resolve()
         # Hiding a folder that holds the interpreter would hide the interpreter too.
-        if path.is_dir() and not any(k == path or path in k.parents for k in keep) and str(path) not in covered:
+        if (path.is_dir() and path != Path("/") and not any(k == path or path in k.parents for k in keep)
+                and str(path) not in covered):
             hide.append(str(path))
     return list(dict.fromkeys(hide))
 
@@ -123,41 +164,38 @@ class Worker:
     output: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        prefix, nobody, _ = isolation()
-        self._scratch = None if prefix else tempfile.mkdtemp(prefix="grade-worker-")
+        isolate, nobody, _ = isolation()
+        self._scratch = None if isolate else tempfile.mkdtemp(prefix="grade-worker-")
+        if self._scratch and nobody:
+            os.chown(self._scratch, 65534, 65534)
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "HOME": "/tmp" if prefix else self._scratch, "TMPDIR": "/tmp" if prefix else self._scratch,
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-               "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [*prefix, sys.executable, "-I", "-S", str(WORKER_SCRIPT), str(req_r), str(resp_w)]
-        self._started = time.monotonic()
-        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, cwd=self._scratch or "/", pass_fds=(req_r, resp_w), start_new_session=True,
-        )
-        os.close(req_r)
-        os.close(resp_w)
+        self._out_r, out_w = os.pipe()
+        try:
+            self.pid, self.worker_pid = fork_server().spawn([req_r, resp_w, out_w], isolate)
+        finally:
+            for fd in (req_r, resp_w, out_w):
+                os.close(fd)
+        self.exit_code: int | None = None
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
-        frame = dict(self.setup, isolate=bool(prefix), nobody=nobody, hide=self.hide, cover=covered_paths(),
-                     cwd="/tmp" if prefix else self._scratch, sys_path=_site_paths(),
-                     max_result_bytes=self.limits.max_result_bytes,
+        frame = dict(self.setup, nobody=nobody, hide=self.hide, cover=covered_paths(),
+                     cwd="/tmp" if isolate else self._scratch, max_result_bytes=self.limits.max_result_bytes,
                      limits={"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
                              "file_mb": self.limits.file_mb, "nproc": self.limits.nproc})
         try:
             wire.write_all(self._req_w, wire.encode_frame(frame, []))
             self.ready, _ = self._receive(self.limits.start_timeout_s)
-        except WorkerDied as died:
+        except (WorkerDied, OSError) as exc:
+            died = exc if isinstance(exc, WorkerDied) else WorkerDied(self._death("died before answering"))
             self.kill()
             died.output = self.captured_output()
-            raise
+            raise died from None
 
     def _drain(self) -> None:
         """Keep the first OUTPUT_CAP characters of the worker's output; discard the rest."""
         kept = 0
-        for raw in iter(lambda: self.proc.stdout.read(8192), b""):
+        for raw in iter(lambda: os.read(self._out_r, 8192), b""):
             if kept < OUTPUT_CAP:
                 text = raw.decode("utf-8", "replace")[: OUTPUT_CAP - kept]
                 self.output.append(text)
@@ -200,8 +238,6 @@ class Worker:
         if n > 1 << 20:
             raise WorkerDied("sent a malformed reply")
         try:
-            import json
-
             header = json.loads(need(4 + n)[4:])
             sizes = header.get("buffers", [])
             if not (isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)):
@@ -209,9 +245,12 @@ class Worker:
             if sum(sizes) > self.limits.max_result_bytes:
                 raise WorkerDied("returned more data than the size cap")
         except (ValueError, AttributeError) as exc:
-            raise WorkerDied("sent a malformed reply") from exc
+            raise WorkerDied(self._death("sent a malformed reply")) from exc
         body = need(4 + n + sum(sizes))[4 + n:]
         del data[: 4 + n + sum(sizes)]
+        if "exited" in header:  # written by the waiting parent once the worker is gone
+            self.exit_code = header["exited"] if isinstance(header["exited"], int) else None
+            raise WorkerDied(self._death("died before answering"))
         out, pos = [], 0
         for s in sizes:
             out.append(body[pos: pos + s])
@@ -221,7 +260,7 @@ class Worker:
     def _death(self, what: str) -> str:
         """Why the worker is gone, in words; kills it first, so nothing outlives the message."""
         self.kill()
-        code = self.proc.returncode
+        code = self.exit_code
         if what.startswith("timed out"):
             return what
         if code is not None and code < 0:
@@ -229,21 +268,19 @@ class Worker:
             hints = {"SIGKILL": " (likely the memory or CPU limit)", "SIGXCPU": " (CPU time limit)",
                      "SIGSEGV": " (often memory exhausted)"}
             return f"worker {what}: killed by {sig}{hints.get(sig, '')}"
-        if code == 137:
-            return f"worker {what}: killed (likely the memory limit)"
         return f"worker {what} (exit code {code}); an exit code never counts as success"
 
     def kill(self) -> None:
-        """Kill the worker's whole process group (and PID namespace) and wait until it is gone."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        """Kill the worker (with its PID namespace) and its parent's group; wait until they are gone."""
+        for kill, pid in ((os.kill, self.worker_pid), (os.killpg, self.pid)):
+            try:
+                if pid > 0:
+                    kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in (self.pid, self.worker_pid)):
+            time.sleep(0.01)
         for fd in (self._req_w, self._resp_r):
             try:
                 os.close(fd)
@@ -251,8 +288,21 @@ class Worker:
                 pass
         self._req_w = self._resp_r = -1
         self._reader.join(timeout=5)
+        try:
+            os.close(self._out_r)
+        except OSError:
+            pass
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     def captured_output(self) -> str:
         return "".join(self.output)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has finished: only its exit status remains)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -1,7 +1,9 @@
 """The grading worker: the only process that ever runs a student's code.
 
-The harness starts this file as a script (``python -I -S worker.py``), never imports it for
-its side effects, and talks to it over two private pipes with the framing defined here:
+The harness starts this file as a script (``python -I -S worker.py``): a fork server that
+imports torch once and forks one sandboxed worker per exercise. The harness never imports
+it for its side effects, and talks to each worker over two private pipes with the framing
+defined here:
 a 4-byte length, a JSON header, then the raw bytes of the tensors the header describes.
 Nothing is ever pickled in either direction. Everything the worker sends back is data that
 the harness checks; nothing the worker says is a verdict.
@@ -193,9 +195,13 @@ def _hide_and_drop(hide: list[str], cover: dict[str, list[str]], nobody: bool) -
         libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
     libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)
     if nobody:
-        os.setgroups([])
-        os.setgid(65534)
-        os.setuid(65534)
+        _become_nobody()
+
+
+def _become_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
 
 
 def _set_limits(limits: dict) -> None:
@@ -272,21 +278,19 @@ def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
     return errors
 
 
-def main() -> None:
-    req_fd, resp_fd = int(sys.argv[1]), int(sys.argv[2])
+def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
+    """One worker's life: close the sandbox, load the student's code, answer calls until killed."""
     setup, _ = read_frame(req_fd)
-    if setup.get("isolate"):
+    if isolated:
         _hide_and_drop(setup["hide"], setup["cover"], setup["nobody"])
+    elif setup["nobody"]:
+        _become_nobody()
     os.chdir(setup["cwd"])
     _set_limits(setup["limits"])
-    sys.path[:] = [p for p in setup["sys_path"]]
 
     import types
 
-    import torch
-
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    import torch  # already imported by the fork server: free here
 
     # Prerequisites: reference objects the harness chose to provide, built from their source.
     provided_ns: dict = {"__name__": "_provided"}
@@ -334,5 +338,110 @@ def main() -> None:
         write_all(resp_fd, encode_frame(reply, out))
 
 
+# ----------------------------------------------------------------------------- fork server
+
+_CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWPID, _CLONE_NEWUSER = 0x20000, 0x40000000, 0x20000000, 0x10000000
+
+
+def _enter_namespaces(libc) -> bool:
+    """New mount, network and PID namespaces (in a user namespace unless we are root)."""
+    root = os.geteuid() == 0
+    uid, gid = os.geteuid(), os.getegid()
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (0 if root else _CLONE_NEWUSER)
+    if libc.unshare(flags) != 0:
+        return False
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
+    return True
+
+
+def _spawn(libc, fds: list[int], isolate: bool, pid_w: int) -> None:
+    """In the forked child: new namespaces, then fork the worker (PID 1 there) and wait for it."""
+    import signal
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    req_r, resp_w, out_w = fds
+    if isolate and not _enter_namespaces(libc):
+        os._exit(70)
+    worker = os.fork()
+    if worker == 0:
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the waiting parent
+        if isolate:
+            ms_rec, ms_private = 16384, 262144
+            libc.mount(None, b"/", None, ms_rec | ms_private, None)
+        import fcntl
+
+        # Move the pipes out of the way first, so that placing them on 0-4 clobbers nothing.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1000) for fd in (os.open(os.devnull, os.O_RDONLY), out_w, out_w,
+                                                                req_r, resp_w)]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(5, 1 << 16)  # nothing of the harness's or the server's stays open
+        try:
+            serve(3, 4, isolate)
+        finally:
+            os._exit(0)
+    write_all(pid_w, str(worker).encode())
+    os.close(pid_w)
+    os.close(req_r)
+    os.close(out_w)
+    _, status = os.waitpid(worker, 0)
+    try:
+        write_all(resp_w, encode_frame({"exited": os.waitstatus_to_exitcode(status), "buffers": []}, []))
+    finally:
+        os._exit(0)
+
+
+def fork_server(ctl_fd: int) -> None:
+    """Import torch once, then fork one sandboxed worker per request of the harness.
+
+    Requests arrive on a SOCK_SEQPACKET socket with three descriptors (the worker's request
+    pipe, reply pipe and output pipe); the answer names the waiting child's and the worker's
+    PIDs, so the harness can kill both. Student code never runs in this process.
+    """
+    import ctypes
+    import signal
+    import socket
+
+    sock = socket.socket(fileno=ctl_fd)
+    hello = json.loads(sock.recv(1 << 20))
+    sys.path[:] = hello["sys_path"]
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)  # costs seconds the first time: paid once, here
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back here to be reaped
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
+    probe = os.fork()
+    if probe == 0:
+        os._exit(0 if _enter_namespaces(libc) else 1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _, status = os.waitpid(probe, 0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    namespaces = os.waitstatus_to_exitcode(status) == 0
+    sock.send(json.dumps({"namespaces": namespaces, "root": os.geteuid() == 0}).encode())
+    while True:
+        message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+        if not message:
+            return  # the harness is gone
+        isolate = json.loads(message)["isolate"]
+        pid_r, pid_w = os.pipe()
+        child = os.fork()
+        if child == 0:
+            sock.close()
+            os.close(pid_r)
+            _spawn(libc, fds, isolate, pid_w)
+        os.close(pid_w)
+        for fd in fds:
+            os.close(fd)
+        worker = int(os.read(pid_r, 64) or b"0")
+        os.close(pid_r)
+        sock.send(json.dumps({"pid": child, "worker": worker}).encode())
+
+
 if __name__ == "__main__":
-    main()
+    fork_server(int(sys.argv[1]))

@@ -1,0 +1,88 @@
+"""``python -m autograder grade-batch DIR --out grades.csv``: many submissions, in parallel.
+
+Every entry of DIR (a notebook, a folder or a zip) is one submission, named after the entry.
+Submissions are graded concurrently (each in its own workers; the harness threads mostly
+wait on them) with a progress bar; one row per submission goes to the CSV, with a score per
+exercise. A submission that breaks the grader gets an error row, never a crash of the batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from tqdm import tqdm
+
+from autograder.extract import SubmissionError
+from autograder.grade import grade_path
+from autograder.registry import REGISTRY
+from autograder.results import error_results, to_gradescope, write_results
+
+
+def submissions(folder: Path) -> list[Path]:
+    """The submissions in ``folder``: notebooks, zips and sub-folders, by name."""
+    entries = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".") and not p.is_symlink()]
+    return [p for p in entries if p.is_dir() or p.suffix in (".ipynb", ".zip")]
+
+
+def _grade_one(path: Path, chapter: str | None, results_dir: Path | None) -> dict:
+    row: dict = {"submission": path.name}
+    try:
+        report = grade_path(path, chapter=chapter)
+        results = to_gradescope(report)
+        row.update(score=report.score, max_score=report.max_score, seconds=round(report.execution_time, 1),
+                   error="")
+        for exercise in REGISTRY:
+            if any(t.name.startswith(exercise.id + " ") for t in report.tests):
+                row[exercise.id] = report.exercise_score(exercise.id)
+    except SubmissionError as exc:
+        results = error_results(str(exc))
+        row.update(score=0.0, max_score="", seconds="", error=str(exc))
+    except Exception:  # noqa: BLE001 - one broken submission must not stop the batch
+        results = error_results(traceback.format_exc())
+        row.update(score="", max_score="", seconds="", error="autograder error: " + traceback.format_exc(limit=1))
+    if results_dir is not None:
+        write_results(results, results_dir / f"{path.name}.json")
+    return row
+
+
+def grade_folder(folder: Path, *, chapter: str | None = None, jobs: int = 0,
+                 results_dir: Path | None = None, progress: bool = True) -> list[dict]:
+    """Grade every submission of ``folder``; rows in submission order."""
+    paths = submissions(folder)
+    jobs = jobs or os.cpu_count() or 1
+    rows: dict[str, dict] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_grade_one, p, chapter, results_dir) for p in paths]
+        for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="submission",
+                           disable=not progress):
+            row = future.result()
+            rows[row["submission"]] = row
+    return [rows[p.name] for p in paths]
+
+
+def write_csv(rows: list[dict], out: Path) -> None:
+    exercises = [e.id for e in REGISTRY if any(e.id in r for r in rows)]
+    fields = ["submission", "score", "max_score", *exercises, "seconds", "error"]
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        print(f"{folder}: not a folder")
+        return 2
+    results_dir = Path(args.results_dir) if args.results_dir else None
+    rows = grade_folder(folder, chapter=args.chapter, jobs=args.jobs, results_dir=results_dir)
+    write_csv(rows, Path(args.out))
+    for row in rows:
+        print(f"{row['submission']:<40} {row['score']!s:>6} / {row['max_score']!s:<6} {row['error'][:60]}")
+    print(f"{len(rows)} submissions graded; grades written to {args.out}")
+    return 0

@@ -1,0 +1,210 @@
+"""The grader on the pilot chapter's real notebooks: full marks, zero, each declared mistake,
+the command line, the notebook hook, nbgrader parity, batch grading and the Gradescope zip."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import nbformat
+import pytest
+
+from autograder.__main__ import main
+from autograder.grade import grade_path
+from autograder.gradescope import build
+from autograder.hook import grade_in_notebook
+from autograder.mistakes import submission_source
+from autograder.registry import REGISTRY, by_id, by_chapter
+from autograder.results import ERROR_TEST, GRADESCOPE_SCHEMA
+from autograder.sandbox import REPO_ROOT
+from tests.grader_fixtures import guarded
+
+SOLUTION = REPO_ROOT / "solutions" / "03_attention" / "attention.ipynb"
+RELEASE = REPO_ROOT / "chapters" / "03_attention" / "attention.ipynb"
+CLI = [sys.executable, "-m", "autograder"]
+
+
+def _release_with(folder: Path, answers: dict[str, str], extra_cells=()) -> Path:
+    """The student notebook with some answer cells filled in (by exercise id)."""
+    nb = nbformat.read(RELEASE, as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        for exercise_id, source in answers.items():
+            if grade_id == by_id(exercise_id).solution_grade_id:
+                cell.source = source
+    nb.cells.extend(extra_cells)
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / "attention.ipynb")
+    return folder / "attention.ipynb"
+
+
+def _solution_answers() -> dict[str, str]:
+    nb = nbformat.read(SOLUTION, as_version=4)
+    ids = {e.solution_grade_id: e.id for e in by_chapter("03_attention")}
+    return {ids[c.metadata["nbgrader"]["grade_id"]]: "\n".join(
+            line for line in c.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+            for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids}
+
+
+@pytest.mark.slow
+def test_solution_scores_full_marks_through_the_command_line(tmp_path):
+    results = tmp_path / "results.json"
+    run = subprocess.run([*CLI, "grade", str(SOLUTION), "--chapter", "03", "--results", str(results)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(results.read_text())
+    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    assert data["score"] == sum(e.points for e in by_chapter("03_attention")) == 10
+    assert "total" in run.stdout and "10/10" in run.stdout
+    assert all(t["status"] == "passed" for t in data["tests"])
+
+
+@pytest.mark.slow
+def test_untouched_stub_scores_zero(tmp_path):
+    report = grade_path(RELEASE, chapter="03")
+    assert report.score == 0 and report.max_score == 10
+    assert all("not implemented" in t.output for t in report.tests if t.max_score > 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise_id,mistake", [(e.id, m) for e in REGISTRY if e.chapter == "03_attention"
+                                                 for m in e.mistakes])
+def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mistake):
+    answers = _solution_answers()
+    answers[exercise_id] = submission_source(exercise_id, mistake)
+    report = grade_path(_release_with(tmp_path, answers), chapter="03")
+    exercise = by_id(exercise_id)
+    assert report.exercise_score(exercise_id) < exercise.points
+    text = "\n".join(t.output for t in report.tests if t.name.startswith(exercise_id + " "))
+    assert f"**Diagnosis: {mistake}**" in text
+    for other in by_chapter("03_attention"):
+        if other.id != exercise_id:
+            assert report.exercise_score(other.id) == other.points
+
+
+@pytest.mark.slow
+def test_hook_gives_the_grade_commands_points_and_nothing_on_stderr(tmp_path, monkeypatch, capsys):
+    answers = _solution_answers()
+    answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
+    path = _release_with(tmp_path / "nb", answers)
+    expected = grade_path(path, only="ch03.attention").exercise_score("ch03.attention")
+    assert 0 < expected < 6  # partial credit: only the fully masked row exposes it
+    monkeypatch.chdir(path.parent)
+    assert grade_in_notebook("ch03.attention", {}) == expected
+    out, err = capsys.readouterr()
+    assert err == "" and "neg_inf_nan_rows" in out
+    # Away from the notebook file, the kernel's input history stands in for it.
+    monkeypatch.chdir(tmp_path)
+    history = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert grade_in_notebook("ch03.attention", {"In": ["", *history]}) == expected
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_gives_the_same_points(tmp_path):
+    """A real nbgrader round trip on the pilot chapter; one student also patches the grader in
+    the kernel, which the preprocessor's recomputation outside the kernel makes useless."""
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", course)
+    shutil.copytree(SOLUTION.parent, course / "solutions" / "03_attention")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+    def nbgrader(*args):
+        run = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=course, env=env,
+                             capture_output=True, text=True, timeout=600, check=False)
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    nbgrader("generate_assignment", "03_attention", "--force")
+    answers = _solution_answers()
+    answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
+    patch = nbformat.v4.new_code_cell("import autograder.hook\nautograder.hook.grade_in_notebook = lambda *a: 6.0")
+    submissions = {"partial": _release_with(tmp_path / "p", answers),
+                   "patcher": _release_with(tmp_path / "h", {"ch03.attention": guarded("False")})}
+    nb = nbformat.read(submissions["patcher"], as_version=4)
+    nb.cells.insert(1, patch)
+    nbformat.write(nb, submissions["patcher"])
+    for student, path in submissions.items():
+        nbgrader("db", "student", "add", student)
+        target = course / "submitted" / student / "03_attention"
+        target.mkdir(parents=True)
+        shutil.copy(path, target / "attention.ipynb")
+    nbgrader("autograde", "03_attention")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student, path in submissions.items():
+            notebook = gradebook.find_submission_notebook("attention", "03_attention", student)
+            got = {g.name: g.auto_score for g in notebook.grades}
+            report = grade_path(path, chapter="03")
+            for exercise in by_chapter("03_attention"):
+                assert got[exercise.test_grade_id] == report.exercise_score(exercise.id), (student, exercise.id)
+    assert report.exercise_score("ch03.attention") == 0  # the patcher gained nothing
+
+
+@pytest.mark.slow
+def test_batch_of_correct_buggy_and_hostile_submissions(tmp_path):
+    folder = tmp_path / "submissions"
+    answers = _solution_answers()
+    _release_with(folder / "correct", answers)
+    _release_with(folder / "buggy", dict(answers, **{"ch03.softmax_saturation": submission_source(
+        "ch03.softmax_saturation", "ignores_scaled_flag")}))
+    _release_with(folder / "hostile", dict(answers, **{"ch03.attention": "import os\nos._exit(0)\n"}))
+    (folder / "unreadable.ipynb").write_text("{oops")
+    out = tmp_path / "grades.csv"
+    run = subprocess.run([*CLI, "grade-batch", str(folder), "--out", str(out), "--chapter", "03",
+                          "--results-dir", str(tmp_path / "results")],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {r["submission"]: r for r in csv.DictReader(out.open())}
+    assert float(rows["correct"]["score"]) == 10.0
+    assert float(rows["buggy"]["ch03.softmax_saturation"]) < 4 and float(rows["buggy"]["ch03.attention"]) == 6
+    assert float(rows["hostile"]["score"]) == 4.0 and float(rows["unreadable.ipynb"]["score"]) == 0
+    for path in (tmp_path / "results").iterdir():
+        jsonschema.validate(json.loads(path.read_text()), GRADESCOPE_SCHEMA)
+
+
+@pytest.mark.fast
+def test_gradescope_package(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0-cp311-none-linux_x86_64.whl").write_bytes(b"stand-in")
+    path = build("3", tmp_path / "gs.zip", wheels)
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+        assert {"setup.sh", "run_autograder", "requirements-grader.txt", "autograder/worker.py",
+                "tfm_solution/attention.py", "wheels/torch-2.13.0-cp311-none-linux_x86_64.whl"} <= names
+        assert not any(n.startswith(("tests/", "solutions/")) for n in names)
+        pins = archive.read("requirements-grader.txt").decode().split()
+        assert any(p.startswith("torch==2.13.0") for p in pins) and any(p.startswith("nbformat==") for p in pins)
+        assert all("==" in p for p in pins)
+        run = archive.read("run_autograder").decode()
+        assert "--chapter 03" in run and "/autograder/results/results.json" in run
+        assert archive.getinfo("run_autograder").external_attr >> 16 & 0o111
+    with pytest.raises(ValueError):
+        build("99", tmp_path / "none.zip")
+
+
+@pytest.mark.fast
+def test_grader_failure_still_writes_visible_results(tmp_path, monkeypatch, capsys):
+    import autograder.grade
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(autograder.grade, "grade_path", broken)
+    results = tmp_path / "results.json"
+    assert main(["grade", str(RELEASE), "--results", str(results)]) == 2
+    data = json.loads(results.read_text())
+    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    assert data["tests"][0]["name"] == ERROR_TEST and "disk on fire" in data["tests"][0]["output"]
+    monkeypatch.undo()
+    assert main(["grade", str(tmp_path / "missing.ipynb"), "--results", str(results)]) == 0
+    assert "no such file" in json.loads(results.read_text())["tests"][0]["output"]
+    capsys.readouterr()
