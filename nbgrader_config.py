@@ -16,3 +16,9 @@ c.CourseDirectory.notebook_id = "*"
 
 # The graded cells call the course's own grader, which runs each answer in a sandboxed worker.
 c.ExecutePreprocessor.timeout = 300
+
+# The graded cells' outputs are recomputed outside the student's kernel after execution, so a
+# notebook that patches the grader inside its kernel cannot change its points.
+from autograder.nbgrader_plugin import autograde_preprocessors  # noqa: E402
+
+c.Autograde.autograde_preprocessors = autograde_preprocessors()
