@@ -146,6 +146,15 @@ def test_saturation_curves_and_the_scale_explorer():
     assert "stub" in stub_player.children[0].value and stub_player.control.value == 8
 
 
+def test_chapter_widgets_have_a_live_path():
+    player = ch3.mask_explorer(attention, live=True)
+    assert player.link is None and player.stack.children[1].value == ""
+    player.control.index = 1
+    assert isinstance(player.stack.children[1], widgets.Image) and player.stack.selected_index == 1
+    assert ch3.library_lookup(live=True).link is None
+    assert ch3.scale_explorer(d_ks=(4, 64), live=True).stack.children[0].value == ""
+
+
 def test_masks_and_the_mask_explorer():
     none, padding, causal, both = ch3.example_masks()
     assert none is None

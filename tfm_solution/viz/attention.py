@@ -101,13 +101,14 @@ def _library_frame(i: int, scores: torch.Tensor, weights: torch.Tensor, mixed: t
     )
 
 
-def library_lookup(attention_fn: Callable | None = None, start: str = "它") -> FramePlayer:
+def library_lookup(attention_fn: Callable | None = None, start: str = "它", live: bool = False) -> FramePlayer:
     """The library analogy: pick a query word, see its scores, weights and the mixed value.
 
     Args:
         attention_fn: the student's ``attention(query, key, value, mask=None, dropout=None)``;
             ``None`` draws with the reference.
         start: the query word shown first.
+        live: draw each frame when it is first chosen (running kernel only; see ``FramePlayer``).
     """
     used = resolve(attention_fn, reference_attention, _probe_attention, "attention")
     q, k, v = library_tensors()
@@ -124,6 +125,7 @@ def library_lookup(attention_fn: Callable | None = None, start: str = "它") -> 
         lambda i: _library_frame(i, scores, weights.detach(), mixed.detach()),
         len(TOKENS),
         header=[used.banner()],
+        live=live,
     )
 
 
@@ -175,7 +177,7 @@ def _scale_frame(i: int, d_ks: tuple[int, ...], scaled: list[torch.Tensor], unsc
 
 
 def scale_explorer(
-    saturation_fn: Callable | None = None, n_keys: int = 16, d_ks: tuple[int, ...] = D_K_GRID
+    saturation_fn: Callable | None = None, n_keys: int = 16, d_ks: tuple[int, ...] = D_K_GRID, live: bool = False
 ) -> FramePlayer:
     """A d_k slider: without 1/sqrt(d_k) the largest weight saturates at 1, with it it stays spread.
 
@@ -184,13 +186,16 @@ def scale_explorer(
             ``None`` draws with the reference.
         n_keys: keys per query; a uniform row has largest weight ``1 / n_keys``.
         d_ks: the slider's values; it starts at 64 when that is one of them.
+        live: draw each frame when it is first chosen (running kernel only; see ``FramePlayer``).
     """
     used = resolve(saturation_fn, reference_saturation, _probe_saturation, "softmax_saturation")
     scaled, unscaled = saturation_curves(used.fn, d_ks, n_keys=n_keys)
     control = widgets.SelectionSlider(
         options=list(d_ks), value=64 if 64 in d_ks else d_ks[0], description="d_k", continuous_update=True
     )
-    return FramePlayer(control, lambda i: _scale_frame(i, d_ks, scaled, unscaled, n_keys), len(d_ks), header=[used.banner()])
+    return FramePlayer(
+        control, lambda i: _scale_frame(i, d_ks, scaled, unscaled, n_keys), len(d_ks), header=[used.banner()], live=live
+    )
 
 
 MASK_TOKENS = ("<s>", "the", "cat", "sat", "<pad>", "<pad>")
@@ -230,12 +235,13 @@ def _mask_frame(mask: torch.Tensor | None, weights: torch.Tensor, kind: str) -> 
     return figure_png(fig)
 
 
-def mask_explorer(attention_fn: Callable | None = None, seed: int = 3) -> FramePlayer:
+def mask_explorer(attention_fn: Callable | None = None, seed: int = 3, live: bool = False) -> FramePlayer:
     """Toggle a padding and a causal mask and see which attention weights become zero.
 
     Args:
         attention_fn: the student's ``attention``; ``None`` draws with the reference.
         seed: seed of the random queries and keys.
+        live: draw each frame when it is first chosen (running kernel only; see ``FramePlayer``).
     """
     used = resolve(attention_fn, reference_attention, _probe_attention, "attention")
     g = torch.Generator().manual_seed(seed)
@@ -245,5 +251,9 @@ def mask_explorer(attention_fn: Callable | None = None, seed: int = 3) -> FrameP
     weights = [used.fn(q, k, k, mask=m)[1].detach() for m in masks]
     control = widgets.ToggleButtons(options=list(MASK_KINDS), description="mask:", style={"button_width": "auto"})
     return FramePlayer(
-        control, lambda i: _mask_frame(masks[i], weights[i], MASK_KINDS[i]), len(MASK_KINDS), header=[used.banner()]
+        control,
+        lambda i: _mask_frame(masks[i], weights[i], MASK_KINDS[i]),
+        len(MASK_KINDS),
+        header=[used.banner()],
+        live=live,
     )
