@@ -18,7 +18,9 @@ class Case:
     """One graded call: ``fn(*args, **kwargs)`` in the worker vs the reference here.
 
     ``args``/``kwargs`` hold tensors, numbers, ``None`` and module stand-ins
-    (``{"module": "scale", "factor": f}``, a dropout that multiplies by ``f``).
+    (``{"module": "scale", "factor": f}``, a dropout that multiplies by ``f``). For an
+    ``nn.Module`` exercise, ``construct`` holds the constructor's arguments: the student's
+    module is built with them, gets the reference's weights, and is called in eval mode.
     """
 
     title: str
@@ -28,6 +30,7 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     rtol: float = 1e-4
     atol: float = 1e-5
+    construct: tuple | None = None
 
 
 PUBLIC_SEED = 0

@@ -127,8 +127,21 @@ def _local_args(case: Case) -> tuple[tuple, dict]:
     return args, {k: wire.build_module_arg(v) for k, v in case.kwargs.items()}
 
 
-def _expected(fn, case: Case):
+def _reference_state(reference, case: Case, seed: int) -> dict[str, torch.Tensor] | None:
+    """For a module case, the weights of a freshly seeded reference module (sent to the worker)."""
+    if case.construct is None:
+        return None
+    torch.manual_seed(seed)
+    return {k: v.detach().clone() for k, v in reference(*case.construct).state_dict().items()}
+
+
+def _expected(fn, case: Case, state: dict | None = None):
+    """What ``fn`` (a function, or a module class given the weights ``state``) returns on the case."""
     args, kwargs = _local_args(case)
+    if case.construct is not None:
+        fn = fn(*case.construct)
+        fn.load_state_dict(state, strict=True)
+        fn.eval()
     with torch.no_grad():
         return _plain(fn(*args, **kwargs))
 
@@ -140,12 +153,12 @@ def _plain(value):
     return value.detach().contiguous() if isinstance(value, torch.Tensor) else value
 
 
-def _diagnose(exercise: Exercise, case: Case, got) -> list[str]:
+def _diagnose(exercise: Exercise, case: Case, got, state: dict | None = None) -> list[str]:
     """Names of declared mistakes whose output on this case equals the submission's."""
     found = []
     for name in exercise.mistakes:
         try:
-            wrong = _expected(mistake_function(exercise.id, name, exercise.name), case)
+            wrong = _expected(mistake_function(exercise.id, name, exercise.name), case, state)
         except Exception:  # noqa: BLE001, S112 - a mistake that cannot run on these inputs matches nothing
             continue
         if close(got, wrong, case.rtol, case.atol) or _same_nan_pattern(got, wrong):
@@ -233,6 +246,11 @@ def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public
                                              " (is the answer cell still a stub?)"))
                 args, kwargs, buffers = _pack_args(case)
                 request = {"id": f"{number}-{seed}", "seed": seed + number, "args": args, "kwargs": kwargs}
+                state = _reference_state(reference, case, seed + number)
+                if state is not None:
+                    request["construct"] = [wire.pack_value(a, buffers, wire.MAX_FRAME_BYTES) for a in case.construct]
+                    request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES)
+                                        for k, v in state.items()}
                 reply, out, seconds = worker.call(request, buffers)
             except WorkerDied as died:
                 printed.append(worker.captured_output() if worker else died.output)
@@ -243,7 +261,7 @@ def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public
             except _NotDefined as missing:
                 report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{missing}"))
                 continue
-            report.tests.append(_judge(exercise, case, name, weight, reference, reply, out))
+            report.tests.append(_judge(exercise, case, name, weight, reference, reply, out, state))
             if reply.get("ok") and seconds > exercise.time_budget_s:
                 slow.append(f"{case.title}: {seconds:.2f} s")
     finally:
@@ -271,7 +289,7 @@ class _NotDefined(Exception):
 
 
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
-           out: list[bytes]) -> TestResult:
+           out: list[bytes], state: dict | None = None) -> TestResult:
     """Score one case from the worker's reply (plain data) against the live reference."""
     lines = [f"Checked: {case.checks}."]
     if case.public:
@@ -291,11 +309,11 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         got = wire.unpack_value(reply.get("value"), out)
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
-    expected = _expected(reference, case)
+    expected = _expected(reference, case, state)
     verdict = compare(got, expected, case.rtol, case.atol)
     if verdict.ok:
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
-    diagnosis = _diagnose(exercise, case, got)
+    diagnosis = _diagnose(exercise, case, got, state)
     return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(verdict.lines), *diagnosis]))
 
 

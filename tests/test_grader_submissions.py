@@ -208,3 +208,42 @@ def test_grader_failure_still_writes_visible_results(tmp_path, monkeypatch, caps
     assert main(["grade", str(tmp_path / "missing.ipynb"), "--results", str(results)]) == 0
     assert "no such file" in json.loads(results.read_text())["tests"][0]["output"]
     capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_module_exercises_get_the_reference_weights(monkeypatch):
+    """An ``nn.Module`` exercise: any initialisation scores full marks (the reference's weights
+    are loaded into the student's module); a missing ReLU fails and is named."""
+    import torch
+
+    from autograder import cases, mistakes
+    from autograder.extract import parse_notebook
+    from autograder.grade import Report, grade_exercise
+    from autograder.registry import Exercise
+    from autograder.sandbox import Limits
+
+    exercise = Exercise(id="ch06.ffn", chapter="06_ffn", notebook="ffn.ipynb", name="PositionwiseFeedForward",
+                        kind="module", signature="", points=2, solution_grade_id="ch06-ffn",
+                        test_grade_id="ch06-ffn-tests", reference="tfm_solution.feed_forward:PositionwiseFeedForward",
+                        mistakes=("no_relu",))
+
+    def ffn_cases(seed):
+        gen = torch.Generator().manual_seed(seed)
+        return [cases.Case(f"d_model {d}", "output of the module in eval mode", False, (torch.randn(2, 3, d, generator=gen),),
+                           construct=(d, 2 * d, 0.5)) for d in (4, 8)]
+
+    student = ("import torch\nfrom torch import nn\nclass PositionwiseFeedForward(nn.Module):\n"
+               "    def __init__(self, d_model, d_ff, dropout=0.1):\n        super().__init__()\n"
+               "        self.w_1 = nn.Linear(d_model, d_ff)\n        self.w_2 = nn.Linear(d_ff, d_model)\n"
+               "        nn.init.constant_(self.w_1.weight, 3.0)\n        self.dropout = nn.Dropout(dropout)\n"
+               "    def forward(self, x):\n        return self.w_2(self.dropout({hidden}))\n")
+    wrong = student.format(hidden="self.w_1(x)")
+    monkeypatch.setitem(cases.CASES, exercise.id, ffn_cases)
+    monkeypatch.setitem(mistakes.MISTAKES, exercise.id, {"no_relu": mistakes.Mistake("the ReLU is missing", wrong)})
+    for source, points in ((student.format(hidden="self.w_1(x).relu()"), 2.0), (wrong, 0.0)):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        report = Report()
+        grade_exercise(parse_notebook("ffn.ipynb", nbformat.writes(nb).encode()), exercise, seed=None,
+                       public_only=False, limits=Limits(call_timeout_s=5), hide=[], report=report)
+        assert report.exercise_score(exercise.id) == points
+    assert "**Diagnosis: no_relu**" in "\n".join(t.output for t in report.tests)
