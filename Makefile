@@ -10,7 +10,7 @@ PYTEST := $(BIN)/python -m pytest
 JS_STAMP := book/node_modules/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: env js chapters book test test-fast clean
+.PHONY: env js chapters gradebook book test test-fast clean
 
 env: $(STAMP)
 
@@ -29,6 +29,13 @@ $(JS_STAMP): book/package.json book/package-lock.json
 
 chapters: $(STAMP)
 	$(BIN)/python scripts/make_chapters.py
+
+# Instructors: record every chapter's tests in gradebook.db before `nbgrader autograde`. The
+# release goes to a scratch folder: chapters/ stays as committed (with its figures and widgets).
+gradebook: $(STAMP)
+	for chapter in $$(ls solutions); do \
+	  $(BIN)/nbgrader generate_assignment $$chapter --force --CourseDirectory.release_directory=_build/nbgrader-release || exit 1; \
+	done
 
 book: $(STAMP) $(JS_STAMP)
 	$(BIN)/python scripts/make_chapters.py --check || $(MAKE) chapters

@@ -171,13 +171,13 @@ def test_nbgrader_round_trip_full_marks_for_solutions_zero_for_stubs(tmp_path):
     """generate_assignment -> gradebook -> autograde -> export, with the real nbgrader and a real gradebook."""
     from nbgrader.api import Gradebook
 
-    root = tmp_path / "course"
-    root.mkdir()
-    shutil.copytree(REPO / "solutions", root / "solutions")
-    shutil.copy(REPO / "nbgrader_config.py", root)
+    root = _course_copy(tmp_path)
     chapters = sorted({c for c, _ in NOTEBOOKS})
+    release_before = {p: p.read_bytes() for p in (root / "chapters").rglob("*.ipynb")}
+    # What `make gradebook` runs: the gradebook gets the tests, chapters/ stays untouched.
     for chapter in chapters:
-        _nbgrader(root, "generate_assignment", chapter, "--force")
+        _nbgrader(root, "generate_assignment", chapter, "--force", "--CourseDirectory.release_directory=scratch-release")
+    assert {p: p.read_bytes() for p in (root / "chapters").rglob("*.ipynb")} == release_before
     submissions = {"reference": "solutions", "untouched": "chapters"}
     for student, kind in submissions.items():
         _nbgrader(root, "db", "student", "add", student)
