@@ -1,8 +1,8 @@
 """``python -m autograder grade-batch DIR --out grades.csv``: many submissions, in parallel.
 
 Every entry of DIR (a notebook, a folder or a zip) is one submission, named after the entry.
-Submissions are graded concurrently (each in its own workers; the harness threads mostly
-wait on them) with a progress bar; one row per submission goes to the CSV, with a score per
+Submissions are graded concurrently by ``--jobs`` harness processes (each with its own
+fork server and pytest session) with a progress bar; one row per submission goes to the CSV, with a score per
 exercise. A submission that breaks the grader gets an error row, never a crash of the batch.
 """
 
@@ -12,7 +12,8 @@ import argparse
 import csv
 import os
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
 from pathlib import Path
 
 from tqdm import tqdm
@@ -56,7 +57,8 @@ def grade_folder(folder: Path, *, chapter: str | None = None, jobs: int = 0,
     paths = submissions(folder)
     jobs = jobs or os.cpu_count() or 1
     rows: dict[str, dict] = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    # Fresh interpreters (not forks of this one): each starts its own fork server and pytest.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_grade_one, p, chapter, results_dir) for p in paths]
         for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="submission",
                            disable=not progress):

@@ -26,6 +26,7 @@ from autograder.compare import close, compare
 from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
 from autograder.mistakes import MISTAKES, mistake_function
 from autograder.registry import REGISTRY, Exercise
+from autograder.checks import run_checks
 from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
@@ -198,94 +199,131 @@ def _case_name(exercise: Exercise, case: Case) -> str:
     return f"{exercise.id} {'public' if case.public else 'hidden'}: {case.title}"
 
 
-def grade_exercise(nb: Notebook, exercise: Exercise, *, seed: int | None, public_only: bool,
-                   limits: Limits, hide: list[str], report: Report) -> None:
-    """Grade one exercise of one notebook into ``report``."""
-    extraction = extract(nb, exercise)
-    seed = default_seed(exercise, extraction) if seed is None else seed
-    report.seeds[exercise.id] = seed
-    all_cases = CASES[exercise.id](seed)
-    weight = exercise.points / len(all_cases)
-    cases = [c for c in all_cases if c.public] if public_only else all_cases
-    notes = list(extraction.notes)
-    if extraction.error:
-        for case in cases:
-            report.tests.append(TestResult(_case_name(exercise, case), 0.0, weight, extraction.error))
-        return
-    reference = resolve(exercise.reference)
-    provided_source, provided_names, provided_modules = _provided(exercise)
-    setup = {"chunks": extraction.chunks, "name": exercise.name, "provided_source": provided_source,
-             "provided_names": provided_names, "provided_modules": provided_modules,
-             "blocked": list(BLOCKED_PACKAGES)}
-    exercise_limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
-    deadline = time.monotonic() + 3 * exercise_limits.call_timeout_s + exercise_limits.start_timeout_s
-    worker, slow, printed, load_failure = None, [], [], None
-    try:
-        for number, case in enumerate(cases):
-            name = _case_name(exercise, case)
-            if time.monotonic() > deadline:
-                report.tests.append(TestResult(name, 0.0, weight, "not run: the exercise used up its time limit "
-                                               "(earlier cases timed out)"))
-                continue
-            if load_failure:
-                # The same code dies the same way while loading: no point starting it again.
-                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{load_failure}"))
-                continue
-            try:
-                if worker is None:
-                    try:
-                        worker = Worker(setup, exercise_limits, hide)
-                    except WorkerDied as died:
-                        load_failure = f"{died.reason} (while running your notebook's code, before any test)"
-                        raise
-                    if worker.ready.get("errors"):
-                        notes += [f"error while running your code: {e}" for e in worker.ready["errors"]]
-                    if not worker.ready.get("found"):
-                        raise _NotDefined(f"`{exercise.name}` is not defined after running your code"
-                                          + ("" if worker.ready.get("errors") else
-                                             " (is the answer cell still a stub?)"))
-                args, kwargs, buffers = _pack_args(case)
-                request = {"id": f"{number}-{seed}", "seed": seed + number, "args": args, "kwargs": kwargs}
-                state = _reference_state(reference, case, seed + number)
-                if state is not None:
-                    request["construct"] = [wire.pack_value(a, buffers, wire.MAX_FRAME_BYTES) for a in case.construct]
-                    request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES)
-                                        for k, v in state.items()}
-                reply, out, seconds = worker.call(request, buffers)
-            except WorkerDied as died:
-                printed.append(worker.captured_output() if worker else died.output)
-                worker = None
-                reason = load_failure or f"{died.reason}; the remaining cases run in a fresh worker"
-                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{reason}"))
-                continue
-            except _NotDefined as missing:
-                report.tests.append(TestResult(name, 0.0, weight, f"{case.checks}\n\n{missing}"))
-                continue
-            report.tests.append(_judge(exercise, case, name, weight, reference, reply, out, state))
-            if reply.get("ok") and seconds > exercise.time_budget_s:
-                slow.append(f"{case.title}: {seconds:.2f} s")
-    finally:
-        if worker is not None:
-            printed.append(worker.captured_output())
-            worker.kill()
-    policy = _policy(exercise, extraction)
-    if policy:
-        report.tests.append(policy)
-    if slow:
-        report.tests.append(TestResult(f"{exercise.id} performance", 0.0, 0.0,
-                                       f"correct or not, these calls took longer than the budget of "
-                                       f"{exercise.time_budget_s:g} s (not counted as wrong): " + "; ".join(slow),
-                                       passed=False))
-    output = "".join(printed).strip()
-    if output:
-        notes.append("your code printed:\n\n```\n" + output[:2000].replace("```", "'''")
-                     + ("\n[... truncated ...]" if len(output) > 2000 else "") + "\n```")
-    if notes:
-        report.tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "\n\n".join(notes)))
+class ExerciseRun:
+    """One exercise of one notebook being graded: its cases, its worker, what it printed.
+
+    ``case_result(i)`` runs case ``i`` (cases in order; a worker is started on demand and
+    replaced after it dies); ``finish(report)`` adds the cases' results and the exercise's
+    policy, performance and notes lines. The graded tests (``checks.py``) drive it.
+    """
+
+    def __init__(self, nb: Notebook, exercise: Exercise, *, seed: int | None, public_only: bool,
+                 limits: Limits, hide: list[str]) -> None:
+        self.exercise, self.hide = exercise, hide
+        self.extraction = extract(nb, exercise)
+        self.seed = default_seed(exercise, self.extraction) if seed is None else seed
+        all_cases = CASES[exercise.id](self.seed)
+        self.weight = exercise.points / len(all_cases)
+        self.cases = [c for c in all_cases if c.public] if public_only else all_cases
+        self.notes = list(self.extraction.notes)
+        self.limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
+        self.results: dict[int, TestResult] = {}
+        self.worker: Worker | None = None
+        self.slow: list[str] = []
+        self.printed: list[str] = []
+        self.load_failure: str | None = None
+        self.deadline: float | None = None
+        if not self.extraction.error:
+            self.reference = resolve(exercise.reference)
+            source, names, modules = _provided(exercise)
+            self.setup = {"chunks": self.extraction.chunks, "name": exercise.name, "provided_source": source,
+                          "provided_names": names, "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES)}
+
+    def name(self, number: int) -> str:
+        return _case_name(self.exercise, self.cases[number])
+
+    def case_result(self, number: int) -> TestResult:
+        """Run case ``number`` and keep its result (which the graded test then asserts on)."""
+        try:
+            result = self._run(number)
+        finally:
+            if number == len(self.cases) - 1:
+                self._stop_worker()
+        self.results[number] = result
+        return result
+
+    def _fail(self, number: int, why: str) -> TestResult:
+        return TestResult(self.name(number), 0.0, self.weight, f"{self.cases[number].checks}\n\n{why}")
+
+    def _run(self, number: int) -> TestResult:
+        case, exercise = self.cases[number], self.exercise
+        if self.extraction.error:
+            return TestResult(self.name(number), 0.0, self.weight, self.extraction.error)
+        if self.deadline is None:
+            self.deadline = time.monotonic() + 3 * self.limits.call_timeout_s + self.limits.start_timeout_s
+        if time.monotonic() > self.deadline:
+            return self._fail(number, "not run: the exercise used up its time limit (earlier cases timed out)")
+        if self.load_failure:
+            # The same code dies the same way while loading: no point starting it again.
+            return self._fail(number, self.load_failure)
+        try:
+            if self.worker is None:
+                self._start_worker()
+            args, kwargs, buffers = _pack_args(case)
+            request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs}
+            state = _reference_state(self.reference, case, self.seed + number)
+            if state is not None:
+                request["construct"] = [wire.pack_value(a, buffers, wire.MAX_FRAME_BYTES) for a in case.construct]
+                request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES) for k, v in state.items()}
+            reply, out, seconds = self.worker.call(request, buffers)
+        except WorkerDied as died:
+            self.printed.append(self.worker.captured_output() if self.worker else died.output)
+            self.worker = None
+            return self._fail(number, self.load_failure or f"{died.reason}; the remaining cases run in a fresh worker")
+        except _NotDefined as missing:
+            return self._fail(number, str(missing))
+        if reply.get("ok") and seconds > exercise.time_budget_s:
+            self.slow.append(f"{case.title}: {seconds:.2f} s")
+        return _judge(exercise, case, self.name(number), self.weight, self.reference, reply, out, state)
+
+    def _start_worker(self) -> None:
+        try:
+            self.worker = Worker(self.setup, self.limits, self.hide)
+        except WorkerDied as died:
+            self.load_failure = f"{died.reason} (while running your notebook's code, before any test)"
+            raise
+        ready = self.worker.ready
+        if ready.get("errors") and not any(n.startswith("error while running") for n in self.notes):
+            self.notes += [f"error while running your code: {e}" for e in ready["errors"]]
+        if not ready.get("found"):
+            raise _NotDefined(f"`{self.exercise.name}` is not defined after running your code"
+                              + ("" if ready.get("errors") else " (is the answer cell still a stub?)"))
+
+    def _stop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+            self.printed.append(self.worker.captured_output())
+            self.worker = None
+
+    def finish(self, report: Report) -> None:
+        """Add this exercise's lines to ``report`` (after its worker is gone)."""
+        self._stop_worker()
+        exercise = self.exercise
+        report.seeds[exercise.id] = self.seed
+        for number in range(len(self.cases)):
+            report.tests.append(self.results.get(number) or self._fail(number, f"{ERROR_NOTE}: this case did not run"))
+        policy = _policy(exercise, self.extraction)
+        if policy:
+            report.tests.append(policy)
+        if self.slow:
+            report.tests.append(TestResult(f"{exercise.id} performance", 0.0, 0.0,
+                                           f"correct or not, these calls took longer than the budget of "
+                                           f"{exercise.time_budget_s:g} s (not counted as wrong): "
+                                           + "; ".join(self.slow), passed=False))
+        output = "".join(self.printed).strip()
+        notes = list(self.notes)
+        if output:
+            notes.append("your code printed:\n\n```\n" + output[:2000].replace("```", "'''")
+                         + ("\n[... truncated ...]" if len(output) > 2000 else "") + "\n```")
+        if notes:
+            report.tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "\n\n".join(notes)))
 
 
 class _NotDefined(Exception):
     pass
+
+
+ERROR_NOTE = "autograder error (not your fault)"
 
 
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
@@ -352,10 +390,15 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
             (e, find_notebook(notebooks, e)) for e in REGISTRY if e.id == only]
     if not chosen:
         report.notes.append("no exercise of the course was found in this submission")
+    runs: list[ExerciseRun] = []
+    for exercise, nb in chosen:
+        if isinstance(nb, Notebook):
+            runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide))
+    run_checks(runs)
     unreadable_done: set[str] = set()
     for exercise, nb in chosen:
         if isinstance(nb, Notebook):
-            grade_exercise(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide, report=report)
+            runs.pop(0).finish(report)
             continue
         name = f"{exercise.id} could not read notebook" if isinstance(nb, Unreadable) else f"{exercise.id} missing"
         why = nb.reason if isinstance(nb, Unreadable) else f"no notebook with `{exercise.name}` was submitted " \

@@ -258,3 +258,33 @@ def test_results_validate_against_gradescope_schema():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(dict(results, score="10"), GRADESCOPE_SCHEMA)
     json.dumps(results, allow_nan=False)
+
+
+def test_pytest_verdicts_decide_and_harness_errors_are_reported_not_raised():
+    """The graded tests run under pytest; a case that crashes the harness is an
+    "autograder error" line at 0, and the other cases still count."""
+    from autograder.checks import run_checks
+    from autograder.grade import ERROR_NOTE
+
+    class FakeRun:
+        exercise = by_id("ch03.attention")
+        cases = [0, 1, 2]
+        weight = 2.0
+
+        def __init__(self):
+            self.results = {}
+
+        def name(self, number):
+            return f"case {number}"
+
+        def case_result(self, number):
+            if number == 1:
+                raise RuntimeError("harness bug")
+            result = TestResult(self.name(number), 2.0 if number == 0 else 0.0, 2.0, "out")
+            self.results[number] = result
+            return result
+
+    run = FakeRun()
+    run_checks([run])
+    assert [r.score for _, r in sorted(run.results.items())] == [2.0, 0.0, 0.0]
+    assert ERROR_NOTE in run.results[1].output and "harness bug" in run.results[1].output

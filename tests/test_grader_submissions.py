@@ -218,7 +218,8 @@ def test_module_exercises_get_the_reference_weights(monkeypatch):
 
     from autograder import cases, mistakes
     from autograder.extract import parse_notebook
-    from autograder.grade import Report, grade_exercise
+    from autograder.checks import run_checks
+    from autograder.grade import ExerciseRun, Report
     from autograder.registry import Exercise
     from autograder.sandbox import Limits
 
@@ -243,7 +244,9 @@ def test_module_exercises_get_the_reference_weights(monkeypatch):
     for source, points in ((student.format(hidden="self.w_1(x).relu()"), 2.0), (wrong, 0.0)):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
         report = Report()
-        grade_exercise(parse_notebook("ffn.ipynb", nbformat.writes(nb).encode()), exercise, seed=None,
-                       public_only=False, limits=Limits(call_timeout_s=5), hide=[], report=report)
+        run = ExerciseRun(parse_notebook("ffn.ipynb", nbformat.writes(nb).encode()), exercise, seed=None,
+                          public_only=False, limits=Limits(call_timeout_s=5), hide=[])
+        run_checks([run])
+        run.finish(report)
         assert report.exercise_score(exercise.id) == points
     assert "**Diagnosis: no_relu**" in "\n".join(t.output for t in report.tests)
