@@ -118,7 +118,7 @@ def library_lookup(attention_fn: Callable | None = None, start: str = "它", liv
         options=[f"{t} {g}" for t, g in zip(TOKENS, GLOSSES, strict=True)],
         index=TOKENS.index(start),
         description="query:",
-        style={"button_width": "auto"},
+        style={"button_width": "auto", "description_width": "initial"},
     )
     return FramePlayer(
         control,
@@ -249,7 +249,7 @@ def mask_explorer(attention_fn: Callable | None = None, seed: int = 3, live: boo
     q, k = torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)
     masks = example_masks()
     weights = [used.fn(q, k, k, mask=m)[1].detach() for m in masks]
-    control = widgets.ToggleButtons(options=list(MASK_KINDS), description="mask:", style={"button_width": "auto"})
+    control = widgets.ToggleButtons(options=list(MASK_KINDS), description="mask:", style={"button_width": "auto", "description_width": "initial"})
     return FramePlayer(
         control,
         lambda i: _mask_frame(masks[i], weights[i], MASK_KINDS[i]),
