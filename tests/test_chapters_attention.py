@@ -1,7 +1,10 @@
-"""The reference answers of chapter 3's second exercise, ``softmax_saturation``, against float64 formulas."""
+"""Chapter 3: the reference ``softmax_saturation`` against float64 formulas, and the notebook's
+visible tests against the mistakes the chapter warns about."""
 
 import math
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -56,3 +59,73 @@ def test_bad_input_gets_a_clear_error():
         softmax_saturation(torch.randn(3, 4), torch.randn(3, 5))
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         softmax_saturation(torch.randn(4), torch.randn(3, 4))
+
+
+# The chapter's visible tests must catch the mistakes the chapter warns about.
+
+_NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "03_attention" / "attention.ipynb"
+
+
+def _visible_tests(prefix: str) -> list[str]:
+    cells = nbformat.read(_NOTEBOOK, as_version=4).cells
+    return [c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(prefix + "-visible")]
+
+
+def _run_visible(prefix: str, name: str, fn) -> None:
+    for source in _visible_tests(prefix):
+        exec(source, {"math": math, "torch": torch, name: fn, "print": lambda *a, **k: None})
+
+
+def _scores(q, k, scale=True):
+    s = torch.matmul(q, k.transpose(-2, -1))
+    return s / math.sqrt(q.size(-1)) if scale else s
+
+
+def _missing_scale(q, k, v, mask=None, dropout=None):
+    s = _scores(q, k, scale=False)
+    p = (s if mask is None else s.masked_fill(mask == 0, -1e9)).softmax(-1)
+    return p @ v, p
+
+
+def _wrong_axis(q, k, v, mask=None, dropout=None):
+    s = _scores(q, k)
+    p = (s if mask is None else s.masked_fill(mask == 0, -1e9)).softmax(-2)
+    return p @ v, p
+
+
+def _mask_after_softmax(q, k, v, mask=None, dropout=None):
+    p = _scores(q, k).softmax(-1)
+    p = p if mask is None else p.masked_fill(mask == 0, 0.0)
+    return p @ v, p
+
+
+def _neg_inf(q, k, v, mask=None, dropout=None):
+    s = _scores(q, k)
+    p = (s if mask is None else s.masked_fill(mask == 0, float("-inf"))).softmax(-1)
+    p = p if dropout is None else dropout(p)
+    return p @ v, p
+
+
+def _ignores_dropout(q, k, v, mask=None, dropout=None):
+    return attention(q, k, v, mask=mask)
+
+
+@pytest.mark.parametrize("mutant", [_missing_scale, _wrong_axis, _mask_after_softmax, _neg_inf, _ignores_dropout])
+def test_visible_attention_tests_fail_on_known_mistakes(mutant):
+    _run_visible("ch03-attention", "attention", attention)  # the reference passes them
+    with pytest.raises(AssertionError):
+        _run_visible("ch03-attention", "attention", mutant)
+
+
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        lambda q, k, scaled=True: softmax_saturation(q, k, scaled=True),  # ignores the flag
+        lambda q, k, scaled=True: (_scores(q, k, scaled).softmax(-1)).amin(-1),  # min instead of max
+        lambda q, k, scaled=True: _scores(q, k, scaled).softmax(-2).amax(-1),  # softmax over the queries
+    ],
+)
+def test_visible_saturation_tests_fail_on_known_mistakes(mutant):
+    _run_visible("ch03-softmax-saturation", "softmax_saturation", softmax_saturation)
+    with pytest.raises(AssertionError):
+        _run_visible("ch03-softmax-saturation", "softmax_saturation", mutant)
