@@ -99,6 +99,9 @@ def softmax_saturation_cases(seed: int) -> list[Case]:
     return cases
 
 
+# What the items of a returned tuple are called in the feedback.
+RETURN_NAMES: dict[str, tuple[str, ...]] = {"ch03.attention": ("output", "p_attn")}
+
 CASES: dict[str, Callable[[int], list[Case]]] = {
     "ch03.attention": attention_cases,
     "ch03.softmax_saturation": softmax_saturation_cases,

@@ -38,14 +38,14 @@ def close(got, expected, rtol: float, atol: float) -> bool:
     return compare(got, expected, rtol, atol).ok
 
 
-def compare(got, expected, rtol: float, atol: float, where: str = "result") -> Verdict:
-    """Compare ``got`` with ``expected`` (tensors, tuples of them, numbers)."""
+def compare(got, expected, rtol: float, atol: float, where: str = "result", names: tuple[str, ...] = ()) -> Verdict:
+    """Compare ``got`` with ``expected`` (tensors, tuples of them, numbers); ``names`` label a tuple's items."""
     if isinstance(expected, tuple):
         if not isinstance(got, tuple) or len(got) != len(expected):
             return Verdict(False, [f"{where}: expected a tuple of {len(expected)} items, got {_describe(got)}"])
         lines, ok = [], True
         for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-            verdict = compare(g, e, rtol, atol, f"{where}[{i}]")
+            verdict = compare(g, e, rtol, atol, names[i] if i < len(names) else f"{where}[{i}]")
             ok &= verdict.ok
             lines += verdict.lines
         return Verdict(ok, lines)

@@ -69,6 +69,7 @@ class Extraction:
     chunks: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     answer_source: str = ""
+    answer_label: str = ""
     error: str | None = None
 
     def digest(self) -> str:
@@ -103,13 +104,6 @@ def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
             "grade_in_notebook" in source or "BEGIN HIDDEN TESTS" in source)
         cells.append(Cell(index, str(source), grade_id, is_test))
     return Notebook(name, cells)
-
-
-def cells_from_history(history: list[str]) -> Notebook:
-    """A notebook made of a kernel's input history (``In``): the hook's fallback."""
-    cells = [Cell(i, src, None, "grade_in_notebook" in src or "BEGIN HIDDEN TESTS" in src)
-             for i, src in enumerate(history) if isinstance(src, str) and src.strip()]
-    return Notebook("kernel history", cells)
 
 
 def read_submission(path: str | Path) -> list[Notebook | Unreadable]:
@@ -235,21 +229,16 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
             continue
         if cell is answer[0]:
             result.chunks.append({"label": label, "source": source})
-            result.answer_source = source
+            result.answer_source, result.answer_label = source, label
             continue
-        kept = [n for n in body if _is_kept(n)]
-        if kept:
-            lines = source.splitlines()
-            # Keep the original line numbers, so tracebacks point at the student's lines.
-            text = ["" for _ in lines]
-            for node in kept:
-                for i in range(node.lineno - 1, node.end_lineno):
-                    text[i] = lines[i]
-                for deco in getattr(node, "decorator_list", []):
-                    for i in range(deco.lineno - 1, node.lineno - 1):
-                        text[i] = lines[i]
-            result.chunks.append({"label": label, "source": "\n".join(text)})
-            if cell.index > answer[0].index and any(_defines(n, exercise.name) for n in kept):
+        lines = source.splitlines()
+        for node in (n for n in body if _is_kept(n)):
+            # One chunk per statement, so a failing import does not take the next ones with it;
+            # blank lines in front keep the line numbers of the cell in tracebacks.
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            text = "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])
+            result.chunks.append({"label": label, "source": text})
+            if cell.index > answer[0].index and _defines(node, exercise.name):
                 result.notes.append(f"`{exercise.name}` is defined again in {label}, after the answer cell; "
                                     "as in a kernel, the last definition was graded")
     return result

@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 
 from autograder import worker as wire
-from autograder.cases import CASES, Case
+from autograder.cases import CASES, RETURN_NAMES, Case
 from autograder.compare import close, compare
 from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
 from autograder.mistakes import MISTAKES, mistake_function
 from autograder.registry import REGISTRY, Exercise
 from autograder.checks import run_checks
-from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths
+from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths, isolation
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
 
@@ -58,6 +58,7 @@ class Report:
     seeds: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     execution_time: float = 0.0
+    sandbox: str = ""
 
     @property
     def score(self) -> float:
@@ -283,8 +284,12 @@ class ExerciseRun:
             self.load_failure = f"{died.reason} (while running your notebook's code, before any test)"
             raise
         ready = self.worker.ready
-        if ready.get("errors") and not any(n.startswith("error while running") for n in self.notes):
-            self.notes += [f"error while running your code: {e}" for e in ready["errors"]]
+        # Errors in other cells are mostly harmless here (their code runs without the calls it
+        # relied on); they are shown only when the answer itself is missing.
+        label = self.extraction.answer_label + ":"
+        errors = [e for e in ready.get("errors", []) if e.startswith(label) or not ready.get("found")]
+        if errors and not any(n.startswith("error while running") for n in self.notes):
+            self.notes += [f"error while running your code: {e}" for e in errors]
         if not ready.get("found"):
             raise _NotDefined(f"`{self.exercise.name}` is not defined after running your code"
                               + ("" if ready.get("errors") else " (is the answer cell still a stub?)"))
@@ -348,7 +353,7 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
     expected = _expected(reference, case, state)
-    verdict = compare(got, expected, case.rtol, case.atol)
+    verdict = compare(got, expected, case.rtol, case.atol, names=RETURN_NAMES.get(exercise.id, ()))
     if verdict.ok:
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
     diagnosis = _diagnose(exercise, case, got, state)
@@ -395,6 +400,8 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
         if isinstance(nb, Notebook):
             runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide))
     run_checks(runs)
+    if runs:
+        report.sandbox = isolation()[2]
     unreadable_done: set[str] = set()
     for exercise, nb in chosen:
         if isinstance(nb, Notebook):

@@ -60,7 +60,7 @@ def to_gradescope(report: Report) -> dict:
         "output": "\n\n".join([summary, *report.notes]),
         "output_format": "md",
         "stdout_visibility": "hidden",
-        "extra_data": {"seeds": report.seeds, "max_score": report.max_score},
+        "extra_data": {"seeds": report.seeds, "max_score": report.max_score, "sandbox": report.sandbox},
         "tests": [_test(t) for t in report.tests],
     }
 
