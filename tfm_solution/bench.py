@@ -51,23 +51,26 @@ def random_model(config: str, vocab: int, kernel: str = "sdpa") -> EncoderDecode
 
 def greedy_runner(model: EncoderDecoder, batch: int, src_len: int, new_tokens: int, use_cache: bool
                   ) -> Callable[[], torch.Tensor]:
-    """A closure decoding exactly ``new_tokens`` tokens greedily (no end symbol) for a random batch."""
+    """A closure decoding exactly ``new_tokens`` tokens greedily (no end symbol) for a random batch.
+
+    It returns the ids on the CPU, so on a GPU the timing includes all queued work."""
     vocab = model.src_embed[0].lut.num_embeddings
-    src = torch.randint(4, vocab, (batch, src_len), generator=torch.Generator().manual_seed(0))
-    src_mask = torch.ones(batch, 1, src_len, dtype=torch.bool)
-    return lambda: greedy_decode(model, src, src_mask, new_tokens + 1, 1, None, 0, use_cache)
+    device = next(model.parameters()).device
+    src = torch.randint(4, vocab, (batch, src_len), generator=torch.Generator().manual_seed(0)).to(device)
+    src_mask = torch.ones(batch, 1, src_len, dtype=torch.bool, device=device)
+    return lambda: greedy_decode(model, src, src_mask, new_tokens + 1, 1, None, 0, use_cache).cpu()
 
 
 def cache_speedup_table(config: str, batch: int, new_tokens: int, vocab: int, threads: int, src_len: int = 32,
-                        repeat: int = 1) -> str:
+                        repeat: int = 1, device: str = "cpu") -> str:
     """Cached vs uncached greedy decoding of one setting, as a small text table."""
     torch.set_num_threads(threads)
-    model = random_model(config, vocab)
+    model = random_model(config, vocab).to(device)
     cached = greedy_runner(model, batch, src_len, new_tokens, True)
     uncached = greedy_runner(model, batch, src_len, new_tokens, False)
     if not torch.equal(cached(), uncached()):
         raise AssertionError("cached and uncached greedy decoding disagree")
     t = median_times({"uncached": uncached, "cached": cached}, repeat=repeat, warmup=0)
-    return (f"{machine_facts()}\nconfig {config}, batch {batch}, {new_tokens} new tokens, vocab {vocab}\n"
+    return (f"{machine_facts()}\nconfig {config} on {device}, batch {batch}, {new_tokens} new tokens, vocab {vocab}\n"
             f"uncached {t['uncached']:.3f} s | cached {t['cached']:.3f} s | "
             f"speedup {t['uncached'] / t['cached']:.1f}x (identical tokens)")

@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sentence (default 64)")
     b.add_argument("--vocab", type=int, default=8000, help="vocabulary size (default 8000)")
     b.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    b.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (default auto)")
     return p
 
 
@@ -104,8 +105,10 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def _bench(args: argparse.Namespace) -> None:
     from .bench import cache_speedup_table
+    from .training import select_device
 
-    print(cache_speedup_table(args.config, args.batch, args.new_tokens, args.vocab, args.threads))
+    device = str(select_device(args.device))
+    print(cache_speedup_table(args.config, args.batch, args.new_tokens, args.vocab, args.threads, device=device))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

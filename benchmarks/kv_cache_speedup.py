@@ -1,0 +1,36 @@
+"""Cached vs uncached greedy decoding of the base model (random weights), side by side.
+
+Usage: python benchmarks/kv_cache_speedup.py [--quick]
+"""
+
+import argparse
+
+import torch
+
+from tfm_solution.bench import greedy_runner, machine_facts, median_times, random_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model and lengths: proves the script runs")
+    parser.add_argument("--repeat", type=int, default=1, help="timed rounds per setting (median)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    config, vocab, lengths, batches = ("tiny", 100, [8, 16], [1, 2]) if args.quick else ("base", 8000, [64, 128, 256], [1, 8])
+    model = random_model(config, vocab)
+    print(machine_facts())
+    print(f"config {config}, vocab {vocab}, source length 32, greedy, no end symbol\n")
+    print("| batch | new tokens | uncached (s) | cached (s) | speedup | identical tokens |")
+    print("|---:|---:|---:|---:|---:|:---:|")
+    for batch in batches:
+        for n in lengths:
+            cached = greedy_runner(model, batch, 32, n, True)
+            uncached = greedy_runner(model, batch, 32, n, False)
+            same = torch.equal(cached(), uncached())  # also the warm-up round
+            t = median_times({"uncached": uncached, "cached": cached}, repeat=args.repeat, warmup=0)
+            print(f"| {batch} | {n} | {t['uncached']:.2f} | {t['cached']:.2f} | "
+                  f"{t['uncached'] / t['cached']:.1f}x | {'yes' if same else 'NO'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
