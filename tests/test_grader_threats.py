@@ -27,7 +27,17 @@ from tests.grader_fixtures import ATTENTION, STUB_ATTENTION, guarded, notebook, 
 
 pytestmark = pytest.mark.slow
 LIMITS = Limits(call_timeout_s=2.0)
-NAMESPACES = bool(isolation()[0])
+
+
+def _namespaces() -> bool:
+    return isolation()[0]
+
+
+def _needs_namespaces() -> None:
+    """Hiding files, blocking the network and reaping escaped processes need Linux namespaces;
+    without them the grader says so in its results, and these outcomes are not promised."""
+    if not _namespaces():
+        pytest.skip("Linux namespaces are not available to this user: this protection is off here")
 
 
 def _grade(path: Path, **kw) -> Report:
@@ -110,6 +120,7 @@ def _processes_with(marker: str) -> list[str]:
 
 
 def test_05_fork_bomb_subprocesses_and_daemons_are_killed(tmp_path):
+    _needs_namespaces()
     marker = f"{1000 + uuid.uuid4().int % 1000}.{os.getpid()}"
     report = _hostile(tmp_path, f"import os, subprocess, threading, time\n"
                                 f"def attention(query, key, value, mask=None, dropout=None):\n"
@@ -178,7 +189,7 @@ def test_09_forged_results_and_planted_files(tmp_path):
     data = json.loads(results.read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
     assert data["score"] == 4.0
-    if NAMESPACES:
+    if _namespaces():
         assert not planted.exists()
 
 
@@ -217,6 +228,7 @@ def attention(query, key, value, mask=None, dropout=None):
 
 
 def test_11_reference_unreachable_and_shortcuts_reported(tmp_path):
+    _needs_namespaces()
     steal = guarded("'def attention' in source",
                     f"source = open({str(REPO_ROOT / 'tfm_solution' / 'attention.py')!r}).read()")
     report = _hostile(tmp_path, steal)
@@ -232,6 +244,7 @@ def test_11_reference_unreachable_and_shortcuts_reported(tmp_path):
 
 
 def test_12_hidden_tests_and_other_submissions_are_invisible(tmp_path):
+    _needs_namespaces()
     other = tmp_path / "other-student"
     write(notebook(), other)
     probe = guarded(f"os.path.exists({str(REPO_ROOT / 'autograder' / 'cases.py')!r}) or "
@@ -253,6 +266,7 @@ def test_13_hard_coded_public_outputs_fail_the_hidden_cases(tmp_path):
 
 
 def test_14_no_network(tmp_path):
+    _needs_namespaces()
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -265,8 +279,6 @@ def test_14_no_network(tmp_path):
     with pytest.raises(TimeoutError):
         server.accept()
     server.close()
-    if not NAMESPACES:
-        pytest.skip("no network namespace on this machine: only the fail-quick part is checked")
     _only_attention_lost(report)
     assert time.monotonic() - start < 60
 
@@ -349,6 +361,7 @@ def test_20_slow_but_correct_is_reported_not_failed(tmp_path):
 
 
 def test_22_23_no_grading_signal_and_no_secrets(tmp_path, monkeypatch):
+    _needs_namespaces()
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
     monkeypatch.setenv("GRADESCOPE", "1")
     allowed = "{'PATH', 'LANG', 'LC_ALL', 'HOME', 'TMPDIR', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS', " \
@@ -360,3 +373,18 @@ def test_22_23_no_grading_signal_and_no_secrets(tmp_path, monkeypatch):
                     "for p in glob.glob('/proc/*/environ') if os.access(p, os.R_OK)) or "
                     f"len(os.listdir({str(Path.home())!r})) > 1", "import os, glob")
     _only_attention_lost(_hostile(tmp_path, probe))
+
+
+def test_without_namespaces_the_grader_still_grades_and_says_so(tmp_path, monkeypatch):
+    """The fallback path (process group, limits, private scratch folder) on a correct and a
+    crashing answer; the results name the weaker isolation."""
+    from autograder import sandbox
+
+    monkeypatch.setattr(sandbox, "isolation", lambda: (False, False, "process group and resource limits only"))
+    monkeypatch.setattr("autograder.grade.isolation", sandbox.isolation)
+    report = _grade(write(notebook(), tmp_path / "ok"))
+    assert report.score == 10.0 and report.sandbox.startswith("process group")
+    report = _hostile(tmp_path / "exit", "import os\ndef attention(query, key, value, mask=None, dropout=None):\n"
+                                         "    os._exit(3)\n")
+    _only_attention_lost(report)
+    assert "exit code 3" in _outputs(report)
