@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -110,8 +111,9 @@ def read_submission(path: str | Path) -> list[Notebook | Unreadable]:
     """Every notebook of a submission: a ``.ipynb``, a folder (searched recursively) or a zip."""
     path = Path(path)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*.ipynb")
-                       if ".ipynb_checkpoints" not in p.parts and not p.is_symlink() and p.is_file())
+        found = sorted(Path(root) / name for root, dirs, files in os.walk(path)  # never follows links
+                       for name in files if name.endswith(".ipynb") and ".ipynb_checkpoints" not in root
+                       and not (Path(root) / name).is_symlink())
         if not found:
             raise SubmissionError("no notebook (.ipynb) found in the submission")
         return [parse_notebook(str(p.relative_to(path)), _read_capped(p)) for p in found[:MAX_NOTEBOOKS]]

@@ -25,7 +25,7 @@ SETUP_SH = """#!/usr/bin/env bash
 # Installs the grader's pinned runtime. Gradescope runs this once, as root, when it builds the image.
 set -euo pipefail
 cd /autograder/source
-apt-get update -qq && apt-get install -y -qq python3 python3-pip python3-venv util-linux >/dev/null
+apt-get update -qq && apt-get install -y -qq python3 python3-pip python3-venv >/dev/null
 python3 -m venv /autograder/venv
 if [ -d wheels ]; then
   /autograder/venv/bin/pip install --no-index --find-links wheels -r requirements-grader.txt
@@ -36,6 +36,9 @@ fi
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Grades the submission; results.json is written by the harness after every worker is gone.
+# Workers run as nobody: where the container forbids namespaces, these modes are what keeps
+# the reference, the submission folder and the results out of their reach.
+chmod 700 /autograder/source /autograder/submission /autograder/results
 cd /autograder/source
 PYTHONPATH=/autograder/source exec /autograder/venv/bin/python -m autograder grade /autograder/submission \\
   --chapter {chapter} --results /autograder/results/results.json

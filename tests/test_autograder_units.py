@@ -288,3 +288,15 @@ def test_pytest_verdicts_decide_and_harness_errors_are_reported_not_raised():
     run_checks([run])
     assert [r.score for _, r in sorted(run.results.items())] == [2.0, 0.0, 0.0]
     assert ERROR_NOTE in run.results[1].output and "harness bug" in run.results[1].output
+
+
+def test_folders_skip_links_checkpoints_and_other_files(tmp_path):
+    good = nbformat.writes(notebook())
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "attention.ipynb").write_text(good)
+    (tmp_path / "sub" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "sub" / ".ipynb_checkpoints" / "attention-checkpoint.ipynb").write_text(good)
+    (tmp_path / "loop").symlink_to(tmp_path)  # a link cycle must not be walked
+    (tmp_path / "stolen.ipynb").symlink_to(tmp_path / "sub" / "attention.ipynb")
+    (tmp_path / "sitecustomize.py").write_text("raise SystemExit")
+    assert [nb.name for nb in read_submission(tmp_path)] == ["sub/attention.ipynb"]
