@@ -35,6 +35,16 @@ def test_missing_checkpoint_and_missing_data_are_clear_errors(tmp_path, capsys):
 
 
 @pytest.mark.fast
+def test_python_dash_m_entry_point(monkeypatch, capsys):
+    import runpy
+
+    monkeypatch.setattr("sys.argv", ["tfm_solution", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("tfm_solution", run_name="__main__")
+    assert exit_.value.code == 0 and "train,translate,evaluate,bench" in capsys.readouterr().out
+
+
+@pytest.mark.fast
 def test_bench_prints_a_side_by_side_ratio(capsys):
     assert main(["bench", "--config", "tiny", "--new-tokens", "6", "--vocab", "50", "--threads", "1"]) == 0
     out = capsys.readouterr().out

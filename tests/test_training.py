@@ -226,9 +226,11 @@ def test_checkpoint_round_trip_and_resume_state(tmp_path):
 def test_copy_task_reaches_exact_match_on_cpu_within_60_seconds(tmp_path):
     from tfm_solution.experiment import default_run, evaluate, train
 
-    start = time.perf_counter()  # one thread (conftest), as each xdist worker has
+    # One thread (conftest), as each xdist worker has. The budget is on CPU seconds, which other
+    # jobs on a shared machine cannot inflate; the wall clock only guards against a hang.
+    cpu, wall = time.process_time(), time.perf_counter()
     metrics = train(default_run("copy", "tiny"), tmp_path, device="cpu", progress=False)
-    seconds = time.perf_counter() - start
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     scores = evaluate(tmp_path, split="test", device="cpu")  # held-out sequences never trained on
     assert scores["exact_match"] == 1.0, (scores, metrics)
-    assert seconds < 60, f"training took {seconds:.1f} s"
+    assert cpu < 60 and wall < 240, f"training took {cpu:.1f} CPU seconds, {wall:.1f} s wall"
