@@ -210,7 +210,8 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
             parsed.append((cell, None, f"line {exc.lineno}: {exc.msg}"))
     answers = [p for p in parsed if p[0].grade_id == exercise.solution_grade_id]
     if len(answers) > 1:
-        result.notes.append(f"{len(answers)} cells carry the answer id `{exercise.solution_grade_id}`; the last one was used")
+        result.notes.append(f"{len(answers)} cells carry the answer id `{exercise.solution_grade_id}`; "
+                            "the last one was used")
     answer = answers[-1] if answers else None
     if answer is None:
         defining = [p for p in parsed if p[1] is not None and any(_defines(n, exercise.name) for n in p[1])]

@@ -24,7 +24,7 @@ import nbformat
 from autograder.registry import by_id
 
 
-def _source_notebook(exercise_id: str, namespace: dict) -> Path:
+def _source_notebook(exercise_id: str, namespace: dict, scratch: Path) -> Path:
     """A notebook file holding the answer: the one on disk, else one built from ``In``."""
     exercise = by_id(exercise_id)
     on_disk = Path.cwd() / exercise.notebook
@@ -32,8 +32,7 @@ def _source_notebook(exercise_id: str, namespace: dict) -> Path:
         return on_disk
     history = namespace.get("In") or namespace.get("_ih") or []
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(str(src)) for src in history if src])
-    folder = Path(tempfile.mkdtemp(prefix="grade-hook-"))
-    path = folder / exercise.notebook
+    path = scratch / exercise.notebook
     nbformat.write(nb, path)
     return path
 
@@ -47,10 +46,11 @@ def grade_in_notebook(exercise_id: str, namespace: dict) -> float:
     points = 0.0
     # Anything the harness would say on stderr (warnings included) goes to stdout instead:
     # nbgrader scores a test cell 0 when it writes to stderr.
-    with contextlib.redirect_stderr(buffer), warnings.catch_warnings():
+    with contextlib.redirect_stderr(buffer), warnings.catch_warnings(), \
+            tempfile.TemporaryDirectory(prefix="grade-hook-") as scratch:
         warnings.simplefilter("ignore")
         try:
-            report = grade_path(_source_notebook(exercise_id, namespace), only=exercise_id)
+            report = grade_path(_source_notebook(exercise_id, namespace, Path(scratch)), only=exercise_id)
             points = report.exercise_score(exercise_id)
             print(table(report), file=buffer)
         except Exception:  # noqa: BLE001 - the cell must still print something useful

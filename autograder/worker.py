@@ -85,7 +85,9 @@ def pack_value(value, buffers: list[bytes], max_bytes: int):
 
     if isinstance(value, torch.Tensor):
         with torch._C.DisableTorchFunction():
-            plain = torch.Tensor._make_subclass(torch.Tensor, value.detach()) if type(value) is not torch.Tensor else value.detach()
+            plain = value.detach()
+            if type(plain) is not torch.Tensor:
+                plain = torch.Tensor._make_subclass(torch.Tensor, plain)
             plain = plain.to("cpu").contiguous()
             name = str(plain.dtype).removeprefix("torch.")
             if name not in WIRE_DTYPES:

@@ -49,7 +49,8 @@ def _solution_answers() -> dict[str, str]:
     nb = nbformat.read(SOLUTION, as_version=4)
     ids = {e.solution_grade_id: e.id for e in by_chapter("03_attention")}
     return {ids[c.metadata["nbgrader"]["grade_id"]]: "\n".join(
-            line for line in c.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+            line for line in c.source.splitlines() if not line.strip().startswith(("### BEGIN SOLUTION",
+                                                                                   "### END SOLUTION")))
             for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids}
 
 
@@ -230,8 +231,8 @@ def test_module_exercises_get_the_reference_weights(monkeypatch):
 
     def ffn_cases(seed):
         gen = torch.Generator().manual_seed(seed)
-        return [cases.Case(f"d_model {d}", "output of the module in eval mode", False, (torch.randn(2, 3, d, generator=gen),),
-                           construct=(d, 2 * d, 0.5)) for d in (4, 8)]
+        return [cases.Case(f"d_model {d}", "output of the module in eval mode", False,
+                           (torch.randn(2, 3, d, generator=gen),), construct=(d, 2 * d, 0.5)) for d in (4, 8)]
 
     student = ("import torch\nfrom torch import nn\nclass PositionwiseFeedForward(nn.Module):\n"
                "    def __init__(self, d_model, d_ff, dropout=0.1):\n        super().__init__()\n"

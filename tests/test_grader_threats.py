@@ -26,7 +26,7 @@ from autograder.sandbox import REPO_ROOT, Limits, isolation
 from tests.grader_fixtures import ATTENTION, STUB_ATTENTION, guarded, notebook, write
 
 pytestmark = pytest.mark.slow
-LIMITS = Limits(call_timeout_s=2.0)
+LIMITS = Limits(call_timeout_s=3.0)
 
 
 def _namespaces() -> bool:
@@ -94,14 +94,15 @@ def test_03_infinite_loop_and_input_are_bounded(tmp_path):
     _only_attention_lost(report)
     text = _outputs(report)
     assert "EOFError" in text  # input() gets end of file at once, no hang
-    assert "timed out after 2 s" in text and "fresh worker" in text
+    assert "timed out after 3 s" in text and "fresh worker" in text
     assert elapsed < 3 * LIMITS.call_timeout_s + 30
 
 
 def test_04_memory_bombs(tmp_path):
     report = _hostile(tmp_path, "import torch\nhoard = []\n"
                                 "def attention(query, key, value, mask=None, dropout=None):\n"
-                                "    if query.dim() == 4:\n        while True:\n            hoard.append(bytearray(10**8))\n"
+                                "    if query.dim() == 4:\n        while True:\n"
+                                "            hoard.append(bytearray(10**8))\n"
                                 "    return torch.empty(10**12), None\n")
     _only_attention_lost(report)
     assert _outputs(report).count("exceeded the memory limit") >= 2
@@ -139,7 +140,7 @@ def test_06_output_flooding_is_truncated_and_bounded(tmp_path):
     big = nbformat.v4.new_code_cell("x = 1")
     big.outputs = [nbformat.v4.new_output("display_data", {"image/png": "A" * (12 * 1024 * 1024)})]
     nb = notebook(attention="def attention(query, key, value, mask=None, dropout=None):\n"
-                            "    print('flood ' * 1000000)\n    open('big', 'wb').write(b'0' * 10**9)\n",
+                            "    print('flood ' * 300000)\n    open('big', 'wb').write(b'0' * 10**8)\n",
                   after=[big])
     report = _grade(write(nb, tmp_path))
     _only_attention_lost(report)
@@ -162,7 +163,8 @@ def test_07_early_exit_never_means_success(tmp_path, exit_code):
 def test_08_monkeypatched_checks_change_nothing(tmp_path):
     patches = ("import builtins, torch, numpy.testing\n"
                "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
-               "torch.testing.assert_close = lambda *a, **k: None\nnumpy.testing.assert_allclose = lambda *a, **k: None\n"
+               "torch.testing.assert_close = lambda *a, **k: None\n"
+               "numpy.testing.assert_allclose = lambda *a, **k: None\n"
                "builtins.isinstance = lambda *a: True\nbuiltins.abs = lambda x: 0\n"
                "import traceback\ntraceback.format_exception = lambda *a, **k: ['All tests passed']\n")
     report = _hostile(tmp_path, patches + "def attention(query, key, value, mask=None, dropout=None):\n"
