@@ -6,14 +6,17 @@ feed_forward, norm, encoder_decoder (with ``make_model``), schedule.
 
 from .attention import attention, softmax_saturation
 from .cloning import clones
+from .decoding import beam_search, greedy_decode, sample
 from .embeddings import Embeddings
 from .encoder_decoder import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, Generator, make_model
 from .feed_forward import PositionwiseFeedForward
+from .kv_cache import KVCache, kv_cache_bytes
 from .masks import Batch, subsequent_mask
 from .multihead import MultiHeadedAttention
 from .norm import LayerNorm, SublayerConnection
 from .positional_encoding import PositionalEncoding, positional_encoding, rotation_matrix
 from .schedule import rate
+from .training import LabelSmoothing, SimpleLossCompute, TrainState, run_epoch
 
 __all__ = [
     "Batch",
@@ -24,17 +27,26 @@ __all__ = [
     "EncoderDecoder",
     "EncoderLayer",
     "Generator",
+    "KVCache",
+    "LabelSmoothing",
     "LayerNorm",
     "MultiHeadedAttention",
     "PositionalEncoding",
     "PositionwiseFeedForward",
+    "SimpleLossCompute",
     "SublayerConnection",
+    "TrainState",
     "attention",
+    "beam_search",
     "clones",
+    "greedy_decode",
+    "kv_cache_bytes",
     "make_model",
     "positional_encoding",
     "rate",
     "rotation_matrix",
+    "run_epoch",
+    "sample",
     "softmax_saturation",
     "subsequent_mask",
 ]
