@@ -43,7 +43,7 @@ book: $(STAMP) $(JS_STAMP)
 	@echo "Open _build/html/index.html in a browser."
 
 test: $(STAMP) $(JS_STAMP)
-	$(PYTEST) -n 2 --dist loadgroup --cov=tfm_solution --cov-report=term --cov-fail-under=95
+	$(PYTEST) -n 2 --cov=tfm_solution --cov-report=term --cov-fail-under=95
 
 test-fast: $(STAMP)
 	$(PYTEST) -m fast -q

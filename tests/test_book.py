@@ -1,18 +1,21 @@
 """The website: it builds without warnings, leaks no solution, keeps widget state, and works in a browser offline.
 
-All tests share one build of `_build/html` (an xdist group keeps them on one worker). The
+All tests share one build of `_build/html`: the first xdist worker to need it builds it under a
+file lock, and the others reuse it. The
 browser test drives Debian's Chromium (`/usr/bin/chromium`, installed by `.ci/run`) with
 Playwright and saves a screenshot of every page under `_build/screenshots/`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import html as html_lib
 import json
 import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -31,7 +34,9 @@ KNOWN_CONSOLE_ERROR = "THEBE_JS_URL"
 VIEW = "application/vnd.jupyter.widget-view+json"
 STATE = "application/vnd.jupyter.widget-state+json"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book")]
+pytestmark = pytest.mark.slow
+#: Identifies this test run; xdist gives all workers of one run the same value.
+RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 
 
 def _toc_pages() -> list[str]:
@@ -42,14 +47,23 @@ def _toc_pages() -> list[str]:
 
 @pytest.fixture(scope="session")
 def site() -> Path:
-    """Build the site once per test session (a module fixture would rebuild whenever xdist interleaves)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(REPO), "-W", "--keep-going", "--all"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-5000:]
-    assert "WARNING" not in log, log[-5000:]
+    """Build the site once per test run, whichever worker asks first; the others wait and reuse it."""
+    build_dir = REPO / "_build"
+    build_dir.mkdir(exist_ok=True)
+    stamp = build_dir / ".site-built-by-run"
+    with open(build_dir / ".site-build.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file() and stamp.read_text() == RUN_ID:
+            return SITE
+        stamp.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(REPO), "-W", "--keep-going", "--all"]
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        log = done.stdout + done.stderr
+        assert done.returncode == 0, log[-5000:]
+        assert "WARNING" not in log, log[-5000:]
+        stamp.write_text(RUN_ID)
     return SITE
 
 
