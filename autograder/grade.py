@@ -224,6 +224,7 @@ class ExerciseRun:
         self.printed: list[str] = []
         self.load_failure: str | None = None
         self.deadline: float | None = None
+        self.timeouts = 0
         if not self.extraction.error:
             self.reference = resolve(exercise.reference)
             source, names, modules = _provided(exercise)
@@ -244,7 +245,7 @@ class ExerciseRun:
         return result
 
     def _fail(self, number: int, why: str) -> TestResult:
-        return TestResult(self.name(number), 0.0, self.weight, f"{self.cases[number].checks}\n\n{why}")
+        return TestResult(self.name(number), 0.0, self.weight, f"Checked: {self.cases[number].checks}.\n\n{why}")
 
     def _run(self, number: int) -> TestResult:
         case, exercise = self.cases[number], self.exercise
@@ -252,8 +253,9 @@ class ExerciseRun:
             return TestResult(self.name(number), 0.0, self.weight, self.extraction.error)
         if self.deadline is None:
             self.deadline = time.monotonic() + 3 * self.limits.call_timeout_s + self.limits.start_timeout_s
-        if time.monotonic() > self.deadline:
-            return self._fail(number, "not run: the exercise used up its time limit (earlier cases timed out)")
+        if time.monotonic() > self.deadline or self.timeouts >= 2:
+            return self._fail(number, "not run: earlier cases of this exercise timed out, which bounds the "
+                                      "time one exercise may take")
         if self.load_failure:
             # The same code dies the same way while loading: no point starting it again.
             return self._fail(number, self.load_failure)
@@ -270,6 +272,7 @@ class ExerciseRun:
         except WorkerDied as died:
             self.printed.append(self.worker.captured_output() if self.worker else died.output)
             self.worker = None
+            self.timeouts += died.reason.startswith("timed out")
             return self._fail(number, self.load_failure or f"{died.reason}; the remaining cases run in a fresh worker")
         except _NotDefined as missing:
             return self._fail(number, str(missing))

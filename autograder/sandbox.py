@@ -1,7 +1,7 @@
 """Starting, talking to and killing grading workers (the harness side of the boundary).
 
 Workers are forked by one fork server per harness process (``worker.fork_server``: a
-``python -I -S`` with an allow-listed environment that imports torch once, so a worker costs
+``python -I -S -u -B`` with an allow-listed environment that imports torch once, so a worker costs
 milliseconds, not seconds). Where the operating system allows it, each worker gets fresh
 mount, network and PID namespaces (as root directly, otherwise inside a user namespace): no
 network, the harness's files hidden under empty mounts, and killing the worker, the first
@@ -63,7 +63,7 @@ class _ForkServer:
         self.sock = ours
         self.lock = threading.Lock()
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            [sys.executable, "-I", "-S", str(WORKER_SCRIPT), str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+            [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT), str(theirs.fileno())], pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_ENV,
             cwd="/", start_new_session=True)
         theirs.close()
@@ -83,8 +83,10 @@ class _ForkServer:
 
 _SERVER: _ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
+# The whole environment of the fork server and its workers (PYTHON* variables would be
+# ignored anyway: ``-I``); ``-u`` keeps what a worker prints even when it is killed.
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp",
-        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def fork_server() -> _ForkServer:

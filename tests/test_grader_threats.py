@@ -95,7 +95,8 @@ def test_03_infinite_loop_and_input_are_bounded(tmp_path):
     text = _outputs(report)
     assert "EOFError" in text  # input() gets end of file at once, no hang
     assert "timed out after 3 s" in text and "fresh worker" in text
-    assert elapsed < 3 * LIMITS.call_timeout_s + 30
+    assert "not run: earlier cases of this exercise timed out" in text  # two time-outs end the exercise
+    assert elapsed < 2 * LIMITS.call_timeout_s + 30
 
 
 def test_04_memory_bombs(tmp_path):
@@ -191,6 +192,8 @@ def test_09_forged_results_and_planted_files(tmp_path):
     data = json.loads(results.read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
     assert data["score"] == 4.0
+    notes = [t["output"] for t in data["tests"] if t["name"].endswith("notes")]
+    assert any("All tests passed" in n for n in notes)  # shown to the student, never believed
     if _namespaces():
         assert not planted.exists()
 
