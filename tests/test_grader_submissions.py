@@ -251,3 +251,21 @@ def test_module_exercises_get_the_reference_weights(monkeypatch):
         run.finish(report)
         assert report.exercise_score(exercise.id) == points
     assert "**Diagnosis: no_relu**" in "\n".join(t.output for t in report.tests)
+
+
+@pytest.mark.slow
+def test_public_only_and_replay_with_the_recorded_seed(tmp_path):
+    answers = _solution_answers()
+    answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
+    path = _release_with(tmp_path, answers)
+    public = grade_path(path, chapter="03", public_only=True)
+    assert [t.name.split(" ")[1] for t in public.tests if t.max_score > 0] == ["public:", "public:"]
+    first = grade_path(path, chapter="03")
+    seed = first.seeds["ch03.attention"]
+    replay = grade_path(path, chapter="03", seed=seed)
+    assert replay.seeds["ch03.attention"] == seed
+    attention = [(t.name, t.score, t.output) for t in first.tests if t.name.startswith("ch03.attention ")]
+    assert attention == [(t.name, t.score, t.output) for t in replay.tests if t.name.startswith("ch03.attention ")]
+    other = grade_path(path, chapter="03", seed=seed + 1)
+    assert other.exercise_score("ch03.attention") == first.exercise_score("ch03.attention") == 5.0
+    assert [t.output for t in other.tests] != [t.output for t in first.tests]  # other shapes, other numbers
