@@ -1,6 +1,6 @@
 """The grading worker: the only process that ever runs a student's code.
 
-The harness starts this file as a script (``python -I -S worker.py``): a fork server that
+The harness starts this file as a script (``python -I -S -u -B worker.py``): a fork server that
 imports torch once and forks one sandboxed worker per exercise. The harness never imports
 it for its side effects, and talks to each worker over two private pipes with the framing
 defined here:
@@ -198,6 +198,11 @@ def _hide_and_drop(hide: list[str], cover: dict[str, list[str]], nobody: bool) -
     libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)
     if nobody:
         _become_nobody()
+    else:
+        # Root of a user namespace could unmount what hides the harness: no capabilities left.
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+            raise OSError(ctypes.get_errno(), "cannot drop capabilities")
 
 
 def _become_nobody() -> None:
