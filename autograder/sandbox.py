@@ -105,7 +105,7 @@ def isolation() -> tuple[bool, bool, str]:
         who = "runs as nobody" if server.root else "runs without privileges in a user namespace"
         return True, server.root, f"namespaces (no network, harness files hidden, own PIDs); {who}"
     # Without namespaces, root can still give up root, if nobody can reach the interpreter.
-    drop = server.root and not covered_paths()
+    drop = server.root and not _private_ancestors()
     return False, drop, ("process group and resource limits only (namespaces unavailable): network not blocked"
                          + ("; runs as nobody" if drop else ""))
 
@@ -119,19 +119,29 @@ def _site_paths() -> list[str]:
     return list(dict.fromkeys(zipped + paths[:2] + lib_dynload + paths[2:]))
 
 
-def covered_paths() -> dict[str, list[str]]:
-    """Folders that hide everything but the interpreter (e.g. a private home holding pyenv).
-
-    A worker that runs as ``nobody`` cannot enter a folder without world execute permission;
-    the first such ancestor of the interpreter's prefix is replaced by an empty folder into
-    which only the prefix is mounted back (which also hides the rest of that home folder).
-    """
+def _private_ancestors() -> dict[str, list[str]]:
+    """The interpreter's ancestors that ``nobody`` cannot enter (e.g. a home holding pyenv)."""
     cover: dict[str, list[str]] = {}
     for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
         for ancestor in reversed(prefix.parents):
             if ancestor != Path("/") and not ancestor.stat().st_mode & 0o001:
                 cover.setdefault(str(ancestor), []).append(str(prefix))
                 break
+    return cover
+
+
+def covered_paths() -> dict[str, list[str]]:
+    """Folders replaced by an empty one in a worker, with what is mounted back into them.
+
+    The project folder (the grader, the reference, its git history, built pages) disappears
+    but for the environment, if it lives there; so does the first ancestor of the
+    interpreter that ``nobody`` could not enter, but for the interpreter.
+    """
+    cover = _private_ancestors()
+    repo = REPO_ROOT.resolve()
+    if not any(Path(top) == repo or Path(top) in repo.parents for top in cover):
+        prefixes = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+        cover[str(repo)] = [str(p) for p in prefixes if repo in p.parents]
     return cover
 
 

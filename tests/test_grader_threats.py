@@ -254,7 +254,8 @@ def test_12_hidden_tests_and_other_submissions_are_invisible(tmp_path):
     write(notebook(), other)
     probe = guarded(f"os.path.exists({str(REPO_ROOT / 'autograder' / 'cases.py')!r}) or "
                     f"os.path.exists({str(REPO_ROOT / 'tests')!r} + '/test_grader_threats.py') or "
-                    f"os.path.exists({str(other / 'attention.ipynb')!r})", "import os")
+                    f"os.path.exists({str(other / 'attention.ipynb')!r}) or "
+                    f"os.path.exists({str(REPO_ROOT / '.git')!r})", "import os")  # history holds the reference
     _only_attention_lost(_hostile(tmp_path / "me", probe))
 
 
