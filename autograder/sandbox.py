@@ -63,8 +63,8 @@ class _ForkServer:
         self.sock = ours
         self.lock = threading.Lock()
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT), str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_ENV,
+            [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT), str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_ENV,
             cwd="/", start_new_session=True)
         theirs.close()
         ours.settimeout(120)
