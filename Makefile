@@ -28,7 +28,7 @@ $(JS_STAMP): book/package.json book/package-lock.json
 	touch $(JS_STAMP)
 
 chapters: $(STAMP)
-	$(BIN)/python scripts/make_chapters.py
+	$(BIN)/python scripts/make_chapters.py $(if $(CHAPTER),--chapter $(CHAPTER))
 
 # Instructors: record every chapter's tests in gradebook.db before `nbgrader autograde`. The
 # release goes to a scratch folder: chapters/ stays as committed (with its figures and widgets).

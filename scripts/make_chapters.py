@@ -201,10 +201,16 @@ def draw_figures(out: Path) -> list[Path]:
     return [path]
 
 
-def generate(root: Path, out: Path, *, run: bool) -> list[str]:
-    """Build ``chapters/`` (and figures) into ``out``; with ``run``, execute and rewrite the solutions."""
+def generate(root: Path, out: Path, *, run: bool, only: str | None = None) -> list[str]:
+    """Build ``chapters/`` (and figures) into ``out``; with ``run``, execute and rewrite the solutions.
+
+    ``only`` names one chapter folder: just that chapter is executed and released, and the
+    other folders of ``out/chapters`` are left as they are.
+    """
     problems: list[str] = []
-    notebooks = source_notebooks(root)
+    notebooks = [(c, p) for c, p in source_notebooks(root) if only in (None, c)]
+    if only is not None and not notebooks:
+        return [f"no notebook under {SOLUTIONS}/{only}/"]
     for chapter, path in notebooks:
         nb = nbformat.read(path, as_version=4)
         found = apply_registry(nb, chapter, path.name)
@@ -219,7 +225,7 @@ def generate(root: Path, out: Path, *, run: bool) -> list[str]:
                 problems.append(f"{path.relative_to(root)}: its graded cells differ from the registry")
                 continue
             path.write_text(text)
-    missing = {e.chapter for e in REGISTRY} - {c for c, _ in notebooks}
+    missing = {e.chapter for e in REGISTRY if only in (None, e.chapter)} - {c for c, _ in notebooks}
     problems += [f"registry chapter {c!r} has no notebook under {SOLUTIONS}/" for c in sorted(missing)]
     if problems:
         return problems
@@ -231,9 +237,11 @@ def generate(root: Path, out: Path, *, run: bool) -> list[str]:
             released = release_root / chapter / path.name
             nb = carry(nbformat.read(path, as_version=4), nbformat.read(released, as_version=4))
             released.write_text(nbformat.writes(nb) + "\n")
-        shutil.rmtree(out / CHAPTERS, ignore_errors=True)
-        (out / CHAPTERS).mkdir(parents=True)
+        if only is None:
+            shutil.rmtree(out / CHAPTERS, ignore_errors=True)
+        (out / CHAPTERS).mkdir(parents=True, exist_ok=True)
         for folder in sorted(release_root.iterdir()):
+            shutil.rmtree(out / CHAPTERS / folder.name, ignore_errors=True)
             shutil.copytree(folder, out / CHAPTERS / folder.name)
     draw_figures(out / FIGURES)
     (out / "README.md").write_text(with_exercise_table((root / "README.md").read_text()))
@@ -280,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="verify chapters/ and figures/ are in sync; change nothing")
     parser.add_argument("--root", type=Path, default=REPO, help="the course root (default: this repository)")
+    parser.add_argument("--chapter", metavar="NN_slug", help="regenerate only this chapter folder (not with --check)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if args.check:
@@ -295,10 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("Run `make chapters` and commit the result.", file=sys.stderr)
         return 1 if problems else 0
-    problems = generate(root, root, run=True)
+    problems = generate(root, root, run=True, only=args.chapter)
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
-    print(json.dumps({"notebooks": [str(p.relative_to(root)) for _, p in source_notebooks(root)], "problems": len(problems)}))
+    done = [str(p.relative_to(root)) for c, p in source_notebooks(root) if args.chapter in (None, c)]
+    print(json.dumps({"notebooks": done, "problems": len(problems)}))
     return 1 if problems else 0
 
 
