@@ -2,9 +2,10 @@
 
 For each exercise: extract its code (``extract``), start one worker loaded with it
 (``sandbox``), send the cases' inputs (``cases``), rebuild each answer from bytes, and
-compare it with the reference computed in this process (``compare``). A failing case gets
-a diagnosis when the answer matches a declared mistake (``mistakes``). A worker that dies,
-hangs or cheats the protocol fails the case it was on, and grading goes on in a fresh one.
+compare it with the reference computed in this process (``compare``). Every case is one
+pytest test run here (``checks``). A failing case gets a diagnosis when the answer matches
+a declared mistake (``mistakes``). A worker that dies, hangs or cheats the protocol fails
+the case it was on, and grading goes on in a fresh one.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import torch
 
 from autograder import worker as wire
 from autograder.cases import CASES, RETURN_NAMES, Case
+from autograder.checks import run_checks
 from autograder.compare import close, compare
 from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
 from autograder.mistakes import MISTAKES, mistake_function
 from autograder.registry import REGISTRY, Exercise
-from autograder.checks import run_checks
 from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths, isolation
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
@@ -145,7 +146,10 @@ def _expected(fn, case: Case, state: dict | None = None):
         fn.load_state_dict(state, strict=True)
         fn.eval()
     with torch.no_grad():
-        return _plain(fn(*args, **kwargs))
+        result = fn(*args, **kwargs)
+    if case.attributes:
+        result = tuple(getattr(result, a) for a in case.attributes)
+    return _plain(result)
 
 
 def _plain(value):
@@ -263,7 +267,8 @@ class ExerciseRun:
             if self.worker is None:
                 self._start_worker()
             args, kwargs, buffers = _pack_args(case)
-            request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs}
+            request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs,
+                       "attributes": list(case.attributes)}
             state = _reference_state(self.reference, case, self.seed + number)
             if state is not None:
                 request["construct"] = [wire.pack_value(a, buffers, wire.MAX_FRAME_BYTES) for a in case.construct]
@@ -356,7 +361,7 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
     expected = _expected(reference, case, state)
-    verdict = compare(got, expected, case.rtol, case.atol, names=RETURN_NAMES.get(exercise.id, ()))
+    verdict = compare(got, expected, case.rtol, case.atol, names=case.attributes or RETURN_NAMES.get(exercise.id, ()))
     if verdict.ok:
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
     diagnosis = _diagnose(exercise, case, got, state)
