@@ -21,6 +21,8 @@ class Case:
     (``{"module": "scale", "factor": f}``, a dropout that multiplies by ``f``). For an
     ``nn.Module`` exercise, ``construct`` holds the constructor's arguments: the student's
     module is built with them, gets the reference's weights, and is called in eval mode.
+    For a plain class exercise, ``attributes`` names the instance attributes that are
+    compared: the instance never crosses, the tuple of those attributes does.
     """
 
     title: str
@@ -31,6 +33,7 @@ class Case:
     rtol: float = 1e-4
     atol: float = 1e-5
     construct: tuple | None = None
+    attributes: tuple[str, ...] = ()
 
 
 PUBLIC_SEED = 0
@@ -99,11 +102,96 @@ def softmax_saturation_cases(seed: int) -> list[Case]:
     return cases
 
 
+def subsequent_mask_cases(seed: int) -> list[Case]:
+    """Chapter 4, ``subsequent_mask(size)``."""
+    gen = torch.Generator().manual_seed(seed)
+    cases = [Case("size 3", "the (1, 3, 3) boolean lower triangle (public)", True, (3,))]
+    cases.append(Case("size 1", "a single position sees itself: (1, 1, 1) True", False, (1,)))
+    for _ in range(2):
+        n = _dim(gen, 4, 16)
+        cases.append(Case("a longer sequence", "shape (1, size, size), dtype bool, the diagonal included",
+                          False, (n,)))
+    return cases
+
+
+def _padded_ids(gen: torch.Generator, lengths: list[int], pad: int, vocab: int = 12) -> torch.Tensor:
+    """``(len(lengths), max_len)`` ids: row i has ``lengths[i]`` non-pad ids, then ``pad``."""
+    width = max(lengths)
+    ids = torch.randint(0, vocab - 1, (len(lengths), width), generator=gen)
+    ids = ids + (ids >= pad).long()  # real tokens never equal the pad id
+    keep = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+    return ids.masked_fill(~keep, pad)
+
+
+_BATCH_ATTRIBUTES = ("src_mask", "tgt", "tgt_y", "tgt_mask", "ntokens")
+
+
+def batch_cases(seed: int) -> list[Case]:
+    """Chapter 4, ``Batch(src, tgt=None, pad=2)``: its attributes are compared."""
+    pub = torch.Generator().manual_seed(PUBLIC_SEED)
+    gen = torch.Generator().manual_seed(seed)
+    cases = [Case("2 sentences, pad 2", "src_mask, tgt, tgt_y, tgt_mask and ntokens (public)", True,
+                  (_padded_ids(pub, [4, 2], 2), _padded_ids(pub, [5, 3], 2)), {"pad": 2},
+                  attributes=_BATCH_ATTRIBUTES)]
+    b = _dim(gen, 3, 5)
+    src_len, tgt_len = _dim(gen, 4, 9), _dim(gen, 4, 9)
+    src = _padded_ids(gen, [src_len] + [_dim(gen, 1, src_len) for _ in range(b - 1)], 2)
+    tgt = _padded_ids(gen, [tgt_len] + [_dim(gen, 2, tgt_len) for _ in range(b - 1)], 2)
+    cases.append(Case("padded batch, default pad", "every attribute on a batch of sentences of mixed lengths",
+                      False, (src, tgt), attributes=_BATCH_ATTRIBUTES))
+    pad = _dim(gen, 0, 1)
+    src = _padded_ids(gen, [_dim(gen, 1, 6) for _ in range(3)], pad)
+    tgt = _padded_ids(gen, [_dim(gen, 2, 7) for _ in range(3)], pad)
+    cases.append(Case("another pad id", "the `pad` argument is used (here it is not 2)", False, (src, tgt),
+                      {"pad": pad}, attributes=_BATCH_ATTRIBUTES))
+    src = _padded_ids(gen, [_dim(gen, 2, 6), 1], 2)
+    cases.append(Case("source only", "without a target only src_mask is built", False, (src,),
+                      attributes=("src_mask",)))
+    return cases
+
+
+def masked_softmax_cases(seed: int) -> list[Case]:
+    """Chapter 4, ``masked_softmax(scores, mask=None)``."""
+    pub = torch.Generator().manual_seed(PUBLIC_SEED)
+    gen = torch.Generator().manual_seed(seed)
+    cases = [Case("2 rows, one hidden entry", "weights of a (2, 4) float32 row pair (public)", True,
+                  (_randn(pub, 2, 4), torch.tensor([[True, True, False, True], [True, True, True, True]])))]
+    b, h, lq, lk = _dim(gen, 2, 3), _dim(gen, 2, 4), _dim(gen, 3, 6), _dim(gen, 5, 9)
+    lengths = torch.randint(1, lk + 1, (b,), generator=gen)
+    pad = (torch.arange(lk)[None, :] < lengths[:, None])[:, None, None, :]
+    cases.append(Case("key padding mask, 4-D", "a (b, 1, 1, len_k) mask broadcast over heads and queries", False,
+                      (_randn(gen, b, h, lq, lk, scale=3.0), pad)))
+    n = _dim(gen, 4, 7)
+    mask = (torch.rand(n, n, generator=gen) > 0.4).long()
+    mask[_dim(gen, 0, n - 1)] = 0
+    cases.append(Case("a fully hidden row, float32", "an integer 0/1 mask with one row hidden entirely: "
+                      "that row must be uniform, not NaN", False, (_randn(gen, 2, n, n, scale=3.0), mask)))
+    n = _dim(gen, 4, 7)
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    mask[0] = False
+    cases.append(Case("float16", "float16 scores with a causal mask and a fully hidden row: no overflow, no NaN",
+                      False, (_randn(gen, 2, n, n, dtype=torch.float16), mask), rtol=2e-3, atol=2e-3))
+    cases.append(Case("bfloat16", "bfloat16 scores with a causal mask: masked weights exactly 0", False,
+                      (_randn(gen, 3, n, n, dtype=torch.bfloat16), torch.tril(torch.ones(n, n, dtype=torch.bool))),
+                      rtol=2e-2, atol=2e-2))
+    n = _dim(gen, 3, 6)
+    mask = torch.ones(n, n, dtype=torch.bool)
+    mask[-1] = False
+    cases.append(Case("float64, a fully hidden row", "dtype kept; a hidden row is uniform whatever its scores",
+                      False, (_randn(gen, n, n, dtype=torch.float64, scale=2.0), mask), rtol=1e-9, atol=1e-12))
+    cases.append(Case("no mask", "mask=None is a plain softmax over the last axis", False,
+                      (_randn(gen, 3, 5, scale=2.0),)))
+    return cases
+
+
 # What the items of a returned tuple are called in the feedback.
 RETURN_NAMES: dict[str, tuple[str, ...]] = {"ch03.attention": ("output", "p_attn")}
 
 CASES: dict[str, Callable[[int], list[Case]]] = {
     "ch03.attention": attention_cases,
     "ch03.softmax_saturation": softmax_saturation_cases,
+    "ch04.subsequent_mask": subsequent_mask_cases,
+    "ch04.batch": batch_cases,
+    "ch04.masked_softmax": masked_softmax_cases,
 }
 
