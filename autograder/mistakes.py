@@ -53,6 +53,37 @@ def softmax_saturation(query, key, scaled=True):
     return scores.softmax(dim=-1).{reduce}(dim=-1).values
 '''
 
+_SUBSEQUENT = '''
+def subsequent_mask(size):
+    return {body}
+'''
+
+_BATCH = '''
+class Batch:
+    def __init__(self, src, tgt=None, pad=2):
+        self.src = src
+        self.src_mask = (src != {pad}).unsqueeze(-2)
+        if tgt is not None:
+            self.tgt, self.tgt_y = {shift}
+            causal = torch.ones(1, self.tgt.size(-1), self.tgt.size(-1), dtype=torch.bool).tril()
+            self.tgt_mask = {tgt_mask}
+            self.ntokens = ({counted} != {pad}).sum()
+'''
+_BATCH_GOOD = {"pad": "pad", "shift": "tgt[:, :-1], tgt[:, 1:]",
+               "tgt_mask": "(self.tgt != pad).unsqueeze(-2) & causal", "counted": "self.tgt_y"}
+
+
+def _batch(**change: str) -> str:
+    return _BATCH.format(**dict(_BATCH_GOOD, **change))
+
+
+_MASKED_SOFTMAX = '''
+def masked_softmax(scores, mask=None):
+    if mask is not None:
+        {body}
+    return scores.softmax(dim=-1)
+'''
+
 MISTAKES: dict[str, dict[str, Mistake]] = {
     "ch03.attention": {
         "missing_scale": Mistake(
@@ -85,6 +116,59 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
         "min_instead_of_max": Mistake(
             "the smallest weight of each row was returned; saturation is measured by the largest",
             _SATURATION.format(condition="scaled", reduce="min")),
+    },
+    "ch04.subsequent_mask": {
+        "upper_triangle": Mistake(
+            "True marks the future positions (the upper triangle): in this course True means *may attend*, "
+            "so position i sees j <= i; the notes' triu(..., diagonal=1) still needs `== 0`",
+            _SUBSEQUENT.format(body="torch.triu(torch.ones(1, size, size), diagonal=1).bool()")),
+        "diagonal_hidden": Mistake(
+            "the diagonal is hidden: a position must see itself (j <= i, not j < i)",
+            _SUBSEQUENT.format(body="torch.ones(1, size, size, dtype=torch.bool).tril(diagonal=-1)")),
+        "no_batch_axis": Mistake(
+            "the mask has shape (size, size): it needs a leading axis of 1, (1, size, size), to broadcast "
+            "over the batch",
+            _SUBSEQUENT.format(body="torch.ones(size, size, dtype=torch.bool).tril()")),
+        "float_mask": Mistake(
+            "the mask is a float tensor of 0.0/1.0: return a bool tensor (`& ` with the padding mask needs one)",
+            _SUBSEQUENT.format(body="torch.ones(1, size, size).tril()")),
+    },
+    "ch04.batch": {
+        "no_shift": Mistake(
+            "tgt and tgt_y are not shifted: the decoder reads tgt[:, :-1] and must predict tgt[:, 1:]",
+            _batch(shift="tgt, tgt")),
+        "causal_only": Mistake(
+            "tgt_mask hides the future but not the padding: combine both masks with `&`",
+            _batch(tgt_mask="causal.expand(self.tgt.size(0), -1, -1)")),
+        "padding_only": Mistake(
+            "tgt_mask hides the padding but not the future: combine it with subsequent_mask using `&`",
+            _batch(tgt_mask="(self.tgt != pad).unsqueeze(-2).expand(-1, self.tgt.size(-1), -1)")),
+        "ntokens_from_tgt": Mistake(
+            "ntokens counts the decoder input tgt; the loss is taken over the labels, so count non-pad tgt_y",
+            _batch(counted="self.tgt")),
+        "ignores_pad_argument": Mistake(
+            "the padding id 2 is hard-coded: use the `pad` argument",
+            _batch(pad="2", tgt_mask="(self.tgt != 2).unsqueeze(-2) & causal")),
+    },
+    "ch04.masked_softmax": {
+        "neg_inf_nan_rows": Mistake(
+            "hidden scores are filled with -inf: a row with every entry hidden becomes NaN; fill with "
+            "torch.finfo(scores.dtype).min",
+            _MASKED_SOFTMAX.format(body="scores = scores.masked_fill(mask == 0, float('-inf'))")),
+        "fill_minus_1e9": Mistake(
+            "hidden scores are filled with -1e9, which float16 cannot hold (its range ends at -65504); fill "
+            "with torch.finfo(scores.dtype).min",
+            _MASKED_SOFTMAX.format(body="scores = scores.masked_fill(mask == 0, -1e9)")),
+        "additive_mask": Mistake(
+            "a large negative number is added to hidden scores instead of replacing them: a fully hidden row "
+            "keeps its old ranking, and the addition can change the dtype; use masked_fill",
+            _MASKED_SOFTMAX.format(body="scores = scores + (mask == 0) * -1e9")),
+        "mask_after_softmax": Mistake(
+            "the weights are zeroed after the softmax: the rows no longer sum to 1",
+            _MASKED_SOFTMAX.format(body="return scores.softmax(dim=-1).masked_fill(mask == 0, 0.0)")),
+        "inverted_mask": Mistake(
+            "the mask is inverted: entries where mask == 1 were hidden instead of those where mask == 0",
+            _MASKED_SOFTMAX.format(body="scores = scores.masked_fill(mask != 0, torch.finfo(scores.dtype).min)")),
     },
 }
 
