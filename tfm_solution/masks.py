@@ -4,6 +4,29 @@ from __future__ import annotations
 
 import torch
 
+from .attention import mask_fill_value
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the last axis in which hidden entries get exactly zero weight.
+
+    The hidden scores are *replaced* (not shifted) by the dtype's most negative finite number,
+    the rule ``attention`` applies: finite in float16 (where the notes' ``-1e9`` overflows), and
+    a row with every entry hidden becomes uniform instead of NaN (which ``-inf`` would give).
+
+    Args:
+        scores: ``(..., len_q, len_k)`` floating point.
+        mask: broadcastable to ``scores``; nonzero/True = visible, 0/False = hidden.
+
+    Returns:
+        Same shape and dtype as ``scores``; every row sums to 1.
+    """
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating point, got {scores.dtype}")
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, mask_fill_value(scores.dtype))
+    return scores.softmax(dim=-1)
+
 
 def subsequent_mask(size: int) -> torch.Tensor:
     """Causal mask: position ``i`` may attend to positions ``j <= i`` only.
