@@ -95,7 +95,7 @@ def pack_value(value, buffers: list[bytes], max_bytes: int):
             nbytes = plain.numel() * WIRE_DTYPES[name]
             if nbytes + sum(len(b) for b in buffers) > max_bytes:
                 return {"unsupported": f"tensor of shape {list(plain.shape)} is larger than the size cap"}
-            raw = plain.view(torch.uint8).numpy().tobytes() if plain.numel() else b""
+            raw = plain.reshape(-1).view(torch.uint8).numpy().tobytes() if plain.numel() else b""  # 0-dim too
         buffers.append(raw)
         return {"tensor": len(buffers) - 1, "dtype": name, "shape": list(plain.shape)}
     if isinstance(value, (tuple, list)) and type(value) in (tuple, list):
@@ -336,6 +336,8 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
                 target.eval()
             with torch.no_grad():
                 result = target(*args, **kwargs)
+            if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
+                result = tuple(getattr(result, a) for a in request["attributes"])
             reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"])}
         except BaseException as exc:  # noqa: BLE001 - whatever the student raised is their answer
             out = []
