@@ -8,16 +8,20 @@ path in a running kernel), ``student`` picks the student's function or the refer
 from .attention import library_lookup, mask_explorer, scale_explorer
 from .diagram import architecture_diagram
 from .frames import FramePlayer, as_widget, figure_png
+from .positional_encoding import circle_explorer, distance_explorer, wave_explorer
 from .student import Resolved, resolve
 
 __all__ = [
     "FramePlayer",
     "Resolved",
     "architecture_diagram",
+    "circle_explorer",
+    "distance_explorer",
     "as_widget",
     "figure_png",
     "library_lookup",
     "mask_explorer",
     "resolve",
     "scale_explorer",
+    "wave_explorer",
 ]
