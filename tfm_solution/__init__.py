@@ -7,7 +7,7 @@ feed_forward, norm, encoder_decoder (with ``make_model``), schedule.
 from .attention import attention, softmax_saturation
 from .cloning import clones
 from .decoding import beam_search, greedy_decode, sample
-from .embeddings import Embeddings
+from .embeddings import Embeddings, cosine_similarity_matrix
 from .encoder_decoder import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, Generator, make_model
 from .feed_forward import PositionwiseFeedForward
 from .kv_cache import KVCache, kv_cache_bytes
@@ -39,6 +39,7 @@ __all__ = [
     "attention",
     "beam_search",
     "clones",
+    "cosine_similarity_matrix",
     "greedy_decode",
     "kv_cache_bytes",
     "make_model",
