@@ -7,6 +7,7 @@ path in a running kernel), ``student`` picks the student's function or the refer
 
 from .attention import library_lookup, mask_explorer, scale_explorer
 from .diagram import architecture_diagram
+from .embeddings import similarity_explorer, training_projection
 from .frames import FramePlayer, as_widget, figure_png
 from .positional_encoding import circle_explorer, distance_explorer, wave_explorer
 from .student import Resolved, resolve
@@ -23,5 +24,7 @@ __all__ = [
     "mask_explorer",
     "resolve",
     "scale_explorer",
+    "similarity_explorer",
+    "training_projection",
     "wave_explorer",
 ]
