@@ -18,7 +18,7 @@ from pathlib import Path
 from autograder.registry import REGISTRY
 from autograder.sandbox import REPO_ROOT
 
-RUNTIME_ROOTS = ("torch", "numpy", "nbformat", "tqdm")
+RUNTIME_ROOTS = ("torch", "numpy", "nbformat", "tqdm", "pytest")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 SETUP_SH = """#!/usr/bin/env bash

@@ -133,14 +133,18 @@ def _private_ancestors() -> dict[str, list[str]]:
 def covered_paths() -> dict[str, list[str]]:
     """Folders replaced by an empty one in a worker, with what is mounted back into them.
 
-    The project folder (the grader, the reference, its git history, built pages) disappears
-    but for the environment, if it lives there; so does the first ancestor of the
-    interpreter that ``nobody`` could not enter, but for the interpreter.
+    /tmp is replaced first (the worker's private working folder). The project folder (the
+    grader, the reference, its git history, built pages) disappears but for the environment,
+    if it lives there; so does the first ancestor of the interpreter that ``nobody`` could
+    not enter, but for the interpreter.
     """
-    cover = _private_ancestors()
+    prefixes = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    tmp = Path("/tmp").resolve()
+    # /tmp first: a private, empty one (where the worker works), keeping an environment there.
+    cover = {str(tmp): [str(p) for p in prefixes if tmp in p.parents]}
+    cover.update(_private_ancestors())
     repo = REPO_ROOT.resolve()
-    if not any(Path(top) == repo or Path(top) in repo.parents for top in cover):
-        prefixes = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    if not any(Path(top) == repo or (Path(top) in repo.parents and top != str(tmp)) for top in cover):
         cover[str(repo)] = [str(p) for p in prefixes if repo in p.parents]
     return cover
 

@@ -155,38 +155,35 @@ class Unsupported:
 # ----------------------------------------------------------------------------- sandbox set-up
 
 def _hide_and_drop(hide: list[str], cover: dict[str, list[str]], nobody: bool) -> None:
-    """Private /tmp, /var/tmp, /dev/shm and /proc; empty mounts over ``hide``; then no privileges.
+    """Empty mounts over ``cover`` (but for what each keeps) and ``hide``; a private /proc;
+    then no privileges.
 
-    ``cover`` maps a folder to hide entirely (e.g. a home folder) to the paths inside it that
-    must stay visible (an interpreter installed there): those are bind-mounted back.
+    ``cover`` maps a folder to replace by an empty one (/tmp, the project, a private home)
+    to the folders inside it that must stay visible (an interpreter installed there): those
+    are bind-mounted back, through a descriptor opened before the folder was covered.
     """
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    ms_bind, ms_rec, mnt_detach = 4096, 16384, 2
+    ms_bind, ms_rec = 4096, 16384
 
     def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
         if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
                       data.encode() if data else None) != 0:
             raise OSError(ctypes.get_errno(), f"cannot mount on {target}")
 
-    mount("tmpfs", "/tmp", "tmpfs", 0, "size=64m,mode=1777")
+    for top, keep in cover.items():
+        if not os.path.isdir(top):  # already gone under an earlier cover
+            continue
+        kept = [(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)) for path in keep if os.path.isdir(path)]
+        mount("tmpfs", top, "tmpfs", 0, "size=64m,mode=1777" if top == "/tmp" else "size=1m,mode=0755")
+        for path, fd in kept:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, ms_bind | ms_rec, None)
+            os.close(fd)
     for shared in ("/var/tmp", "/dev/shm"):
         if os.path.isdir(shared):
             mount("tmpfs", shared, "tmpfs", 0, "size=1m,mode=1777")
-    for top, keep in cover.items():
-        staged = []
-        for i, path in enumerate(keep):
-            stage = f"/tmp/.keep{i}"
-            os.mkdir(stage)
-            mount(path, stage, None, ms_bind | ms_rec, None)
-            staged.append((stage, path))
-        mount("tmpfs", top, "tmpfs", 0, "size=1m,mode=0755")
-        for stage, path in staged:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mount(stage, path, None, ms_bind | ms_rec, None)
-            libc.umount2(stage.encode(), mnt_detach)
-            os.rmdir(stage)
     for path in hide:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", 0, "size=1k,mode=0555")

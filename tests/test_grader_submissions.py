@@ -269,3 +269,22 @@ def test_public_only_and_replay_with_the_recorded_seed(tmp_path):
     other = grade_path(path, chapter="03", seed=seed + 1)
     assert other.exercise_score("ch03.attention") == first.exercise_score("ch03.attention") == 5.0
     assert [t.output for t in other.tests] != [t.output for t in first.tests]  # other shapes, other numbers
+
+
+@pytest.mark.slow
+def test_gradescope_package_grades_on_its_own(tmp_path):
+    """The package's sources, unpacked elsewhere, grade a submission with this environment
+    (what ``run_autograder`` does, with this machine's interpreter and folders)."""
+    source, submission = tmp_path / "source", tmp_path / "submission"
+    with zipfile.ZipFile(build("03", tmp_path / "gs.zip")) as archive:
+        archive.extractall(source)
+    answers = _solution_answers()
+    answers["ch03.softmax_saturation"] = submission_source("ch03.softmax_saturation", "min_instead_of_max")
+    _release_with(submission, answers)
+    results = tmp_path / "results" / "results.json"
+    env = dict(os.environ, PYTHONPATH=str(source))
+    run = subprocess.run([*CLI, "grade", str(submission), "--chapter", "03", "--results", str(results)],
+                         cwd=source, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads(results.read_text())
+    assert data["score"] == 6.0 and "min_instead_of_max" in json.dumps(data)
