@@ -47,6 +47,64 @@ def _dim(gen: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high + 1, (1,), generator=gen))
 
 
+def _even(gen: torch.Generator, low: int, high: int) -> int:
+    return 2 * _dim(gen, low // 2, high // 2)
+
+
+# The notes' float32 recipe is a correct answer: float32 tables may differ from the float64-then-cast
+# reference by up to ~6e-5 at position 1000, far below the 0.1-size errors of the declared mistakes.
+_PE_TOL = {"rtol": 1e-4, "atol": 2e-4}
+
+
+def positional_encoding_cases(seed: int) -> list[Case]:
+    """Chapter 2, ``positional_encoding(seq_len, d_model)``."""
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        Case("6 positions, d_model = 4", "the sinusoid table, sin in even and cos in odd columns (public)", True,
+             (6, 4), **_PE_TOL),
+        Case("a random table size", "shape (seq_len, d_model), float32, one frequency per pair", False,
+             (_dim(gen, 20, 60), _even(gen, 8, 40)), **_PE_TOL),
+        Case("one position, one pair", "seq_len = 1, d_model = 2: the row (sin 0, cos 0)", False, (1, 2), **_PE_TOL),
+        Case("a long, wide table", "hundreds of positions, d_model in the hundreds", False,
+             (_dim(gen, 300, 600), _even(gen, 128, 256)), **_PE_TOL),
+    ]
+
+
+def positional_encoding_module_cases(seed: int) -> list[Case]:
+    """Chapter 2, ``PositionalEncoding(d_model, dropout, max_len=5000)``, in eval mode with the reference's buffer."""
+    pub = torch.Generator().manual_seed(PUBLIC_SEED)
+    gen = torch.Generator().manual_seed(seed)
+    d, max_len = _even(gen, 4, 32), _dim(gen, 20, 60)
+    full_d, default_d = _even(gen, 4, 16), _even(gen, 4, 16)
+    long_len, bf_d = _dim(gen, 100, 300), _even(gen, 8, 32)
+    return [
+        Case("a batch of 2 sentences of length 5", "x + pe[:, :5] (public)", True, (_randn(pub, 2, 5, 8),),
+             construct=(8, 0.1, 16)),
+        Case("a random batch shorter than max_len", "the table sliced to the input length and added", False,
+             (_randn(gen, _dim(gen, 1, 3), _dim(gen, 1, max_len - 1), d),), construct=(d, 0.1, max_len)),
+        Case("a batch exactly max_len long", "every row of the table is used", False,
+             (_randn(gen, 2, 24, full_d),), construct=(full_d, 0.2, 24)),
+        Case("default max_len", "max_len defaults to 5000: a batch of a few hundred positions", False,
+             (_randn(gen, 1, long_len, default_d),), construct=(default_d, 0.1)),
+        Case("a bfloat16 batch", "the output keeps the dtype of x (bfloat16)", False,
+             (_randn(gen, 2, 9, bf_d).to(torch.bfloat16),), construct=(bf_d, 0.1, 32), rtol=1e-2, atol=1e-2),
+    ]
+
+
+def rotation_matrix_cases(seed: int) -> list[Case]:
+    """Chapter 2, ``rotation_matrix(k, d_model)``."""
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        Case("k = 1, d_model = 4", "the block-diagonal rotation R_1, float64 (public)", True, (1, 4)),
+        Case("a random offset and width", "one 2x2 rotation by k * w_i per pair", False,
+             (_dim(gen, 2, 40), _even(gen, 6, 32))),
+        Case("k = 0", "R_0 is the identity", False, (0, _even(gen, 4, 16))),
+        Case("a negative offset", "k < 0 turns the pairs backwards", False, (-_dim(gen, 1, 30), _even(gen, 6, 20))),
+        Case("a large offset, wide table", "k in the hundreds, d_model = 128", False, (_dim(gen, 100, 300), 128),
+             rtol=1e-4, atol=1e-4),
+    ]
+
+
 def attention_cases(seed: int) -> list[Case]:
     """Chapter 3, ``attention(query, key, value, mask=None, dropout=None)``."""
     pub = torch.Generator().manual_seed(PUBLIC_SEED)
@@ -188,6 +246,9 @@ def masked_softmax_cases(seed: int) -> list[Case]:
 RETURN_NAMES: dict[str, tuple[str, ...]] = {"ch03.attention": ("output", "p_attn")}
 
 CASES: dict[str, Callable[[int], list[Case]]] = {
+    "ch02.positional_encoding": positional_encoding_cases,
+    "ch02.PositionalEncoding": positional_encoding_module_cases,
+    "ch02.rotation_matrix": rotation_matrix_cases,
     "ch03.attention": attention_cases,
     "ch03.softmax_saturation": softmax_saturation_cases,
     "ch04.subsequent_mask": subsequent_mask_cases,
