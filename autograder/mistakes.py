@@ -23,6 +23,55 @@ class Mistake:
     source: str
 
 
+_PE = '''
+def positional_encoding(seq_len, d_model):
+    pos = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    {frequencies}
+    pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
+    {fill}
+    return pe.float()
+'''
+_PE_GOOD = {"frequencies": "omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)",
+            "fill": "pe[:, 0::2] = torch.sin(pos * omega)\n    pe[:, 1::2] = torch.cos(pos * omega)"}
+
+
+def _pe(**change: str) -> str:
+    return _PE.format(**dict(_PE_GOOD, **change))
+
+
+_PE_MODULE = '''
+from torch import nn
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout, max_len=5000):
+        super().__init__()
+        self.d_model = d_model
+        self.dropout = nn.Dropout(p=dropout)
+        self.register_buffer("pe", torch.zeros(1, max_len, d_model))
+
+    def forward(self, x):
+        return self.dropout({result})
+'''
+
+_ROTATION = '''
+def rotation_matrix(k, d_model):
+    omega = 10000.0 ** (-torch.arange({pairs}, dtype=torch.float64) / d_model)
+    theta = {theta}
+    r = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        c, s = torch.cos(theta[i]), torch.sin(theta[i])
+        r[2 * i, 2 * i], r[2 * i, 2 * i + 1] = c, {sign}s
+        r[2 * i + 1, 2 * i], r[2 * i + 1, 2 * i + 1] = {other}s, c
+    return r
+'''
+_ROTATION_GOOD = {"pairs": "0, d_model, 2", "theta": "k * omega", "sign": "", "other": "-"}
+
+
+def _rotation(**change: str) -> str:
+    return _ROTATION.format(**dict(_ROTATION_GOOD, **change))
+
+
 _ATTENTION = '''
 def attention(query, key, value, mask=None, dropout=None):
     d_k = query.size(-1)
@@ -85,6 +134,50 @@ def masked_softmax(scores, mask=None):
 '''
 
 MISTAKES: dict[str, dict[str, Mistake]] = {
+    "ch02.positional_encoding": {
+        "sin_cos_swapped": Mistake(
+            "sine and cosine are swapped: even columns take sin(pos * w_i), odd columns cos(pos * w_i)",
+            _pe(fill="pe[:, 0::2] = torch.cos(pos * omega)\n    pe[:, 1::2] = torch.sin(pos * omega)")),
+        "exponent_per_dimension": Mistake(
+            "each dimension j got its own exponent j / d_model: i indexes dimension *pairs*, so columns "
+            "2i and 2i+1 share the frequency 10000^(-2i/d_model)",
+            _pe(frequencies="omega = 10000.0 ** (-torch.arange(d_model, dtype=torch.float64) / d_model)",
+                fill="pe[:, 0::2] = torch.sin(pos * omega[0::2])\n    pe[:, 1::2] = torch.cos(pos * omega[1::2])")),
+        "pair_index_not_doubled": Mistake(
+            "the exponent is i / d_model with i the pair index; it must be 2i / d_model",
+            _pe(frequencies="omega = 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float64) / d_model)")),
+        "halves_not_interleaved": Mistake(
+            "the sines fill the first half and the cosines the second; they must interleave "
+            "(sin in even columns, cos in odd ones)",
+            _pe(fill="pe[:, : d_model // 2] = torch.sin(pos * omega)\n    pe[:, d_model // 2 :] = torch.cos(pos * omega)")),
+        "positions_start_at_one": Mistake(
+            "the first row is position 1; positions start at 0 (the first row is sin 0 = 0, cos 0 = 1)",
+            _pe(fill="pe[:, 0::2] = torch.sin((pos + 1) * omega)\n    pe[:, 1::2] = torch.cos((pos + 1) * omega)")),
+    },
+    "ch02.PositionalEncoding": {
+        "positions_start_at_one": Mistake(
+            "the slice skips row 0 of the table: a sequence of length n takes rows 0 .. n-1, pe[:, :n]",
+            _PE_MODULE.format(result="x + self.pe[:, 1 : x.size(1) + 1].to(x.dtype)")),
+        "scales_by_sqrt_d_model": Mistake(
+            "x was multiplied by sqrt(d_model): that scale belongs to the embeddings (chapter 1), "
+            "the positional encoding only adds",
+            _PE_MODULE.format(result="x * math.sqrt(self.d_model) + self.pe[:, : x.size(1)].to(x.dtype)")),
+        "result_dtype_promoted": Mistake(
+            "adding the float32 table to a lower-precision batch promoted the result to float32; "
+            "cast the slice with .to(x.dtype)",
+            _PE_MODULE.format(result="x + self.pe[:, : x.size(1)]")),
+    },
+    "ch02.rotation_matrix": {
+        "rotates_backwards": Mistake(
+            "the signs of sin(k w_i) are swapped: this is R_(-k), which maps PE(pos) to PE(pos - k)",
+            _rotation(sign="-", other="")),
+        "angle_without_frequency": Mistake(
+            "every pair turns by k radians: pair i must turn by k * w_i, with w_i = 10000^(-2i/d_model)",
+            _rotation(theta="k * torch.ones_like(omega)")),
+        "pair_index_not_doubled": Mistake(
+            "the frequency exponent is i / d_model with i the pair index; it must be 2i / d_model",
+            _rotation(pairs="d_model // 2")),
+    },
     "ch03.attention": {
         "missing_scale": Mistake(
             "the scores are not divided by sqrt(d_k) (missing scale): softmax saturates for large d_k",
