@@ -105,6 +105,45 @@ def rotation_matrix_cases(seed: int) -> list[Case]:
     ]
 
 
+def embeddings_cases(seed: int) -> list[Case]:
+    """Chapter 1, ``Embeddings(d_model, vocab)``: built with ``construct``, given the reference's table."""
+    pub = torch.Generator().manual_seed(PUBLIC_SEED)
+    gen = torch.Generator().manual_seed(seed)
+    cases = [Case("d_model 4, vocab 6", "a batch of 2 sentences of 3 ids (public)", True,
+                  (torch.randint(0, 6, (2, 3), generator=pub),), construct=(4, 6))]
+    d, vocab = 2 * _dim(gen, 8, 32), _dim(gen, 20, 60)
+    cases.append(Case("a batch of sentences", "ids (batch, seq_len) -> (batch, seq_len, d_model), times sqrt(d_model)",
+                      False, (torch.randint(0, vocab, (_dim(gen, 2, 4), _dim(gen, 5, 12)), generator=gen),),
+                      construct=(d, vocab)))
+    d, vocab = _dim(gen, 5, 11) | 1, _dim(gen, 8, 16)
+    cases.append(Case("odd d_model, repeated ids", "sqrt(d_model) is not an integer; every id appears several times",
+                      False, (torch.randint(0, vocab, (3, 4 * vocab), generator=gen),), construct=(d, vocab)))
+    d, vocab = _dim(gen, 64, 128), _dim(gen, 100, 300)
+    cases.append(Case("three index dimensions, wide d_model", "ids of any shape: (a, b, c) -> (a, b, c, d_model)",
+                      False, (torch.randint(0, vocab, (2, 3, _dim(gen, 2, 5)), generator=gen),), construct=(d, vocab)))
+    return cases
+
+
+def cosine_similarity_matrix_cases(seed: int) -> list[Case]:
+    """Chapter 1, ``cosine_similarity_matrix(vectors, eps=1e-8)``."""
+    pub = torch.Generator().manual_seed(PUBLIC_SEED)
+    gen = torch.Generator().manual_seed(seed)
+    cases = [Case("4 vectors of dimension 3", "every pair of rows (public)", True, (_randn(pub, 4, 3),))]
+    b, n, d = _dim(gen, 2, 4), _dim(gen, 3, 8), _dim(gen, 4, 16)
+    cases.append(Case("a batch of tables", "(batch, n, d) -> (batch, n, n)", False, (_randn(gen, b, n, d),)))
+    n, d = _dim(gen, 4, 9), _dim(gen, 3, 8)
+    lengths = torch.exp(torch.randn(n, 1, generator=gen) * 3)
+    cases.append(Case("vectors of very different lengths", "each vector is divided by its own length (over the last "
+                      "axis), so lengths from about 0.001 to 1000 do not matter", False, (_randn(gen, n, d) * lengths,),
+                      atol=1e-5))
+    n, d = _dim(gen, 4, 8), _dim(gen, 2, 6)
+    x = _randn(gen, 2, n, d, dtype=torch.float64)
+    x[_dim(gen, 0, 1), _dim(gen, 0, n - 1)] = 0
+    cases.append(Case("a zero vector, float64", "a zero vector has similarity 0 with everything (no NaN); dtype kept",
+                      False, (x,), rtol=1e-9, atol=1e-12))
+    return cases
+
+
 def attention_cases(seed: int) -> list[Case]:
     """Chapter 3, ``attention(query, key, value, mask=None, dropout=None)``."""
     pub = torch.Generator().manual_seed(PUBLIC_SEED)
@@ -246,6 +285,8 @@ def masked_softmax_cases(seed: int) -> list[Case]:
 RETURN_NAMES: dict[str, tuple[str, ...]] = {"ch03.attention": ("output", "p_attn")}
 
 CASES: dict[str, Callable[[int], list[Case]]] = {
+    "ch01.embeddings": embeddings_cases,
+    "ch01.cosine_similarity_matrix": cosine_similarity_matrix_cases,
     "ch02.positional_encoding": positional_encoding_cases,
     "ch02.PositionalEncoding": positional_encoding_module_cases,
     "ch02.rotation_matrix": rotation_matrix_cases,
