@@ -72,6 +72,25 @@ def _rotation(**change: str) -> str:
     return _ROTATION.format(**dict(_ROTATION_GOOD, **change))
 
 
+_EMBEDDINGS = '''
+from torch import nn
+
+
+class Embeddings(nn.Module):
+    def __init__(self, d_model, vocab):
+        super().__init__()
+        self.lut = nn.Embedding(vocab, d_model)
+        self.d_model = d_model
+
+    def forward(self, x):
+        return {result}
+'''
+
+_COSINE = '''
+def cosine_similarity_matrix(vectors, eps=1e-8):
+    {body}
+'''
+
 _ATTENTION = '''
 def attention(query, key, value, mask=None, dropout=None):
     d_k = query.size(-1)
@@ -134,6 +153,31 @@ def masked_softmax(scores, mask=None):
 '''
 
 MISTAKES: dict[str, dict[str, Mistake]] = {
+    "ch01.embeddings": {
+        "missing_scale": Mistake(
+            "the lookup is not multiplied by sqrt(d_model)",
+            _EMBEDDINGS.format(result="self.lut(x)")),
+        "divides_by_sqrt": Mistake(
+            "the lookup is divided by sqrt(d_model); the notes multiply by it",
+            _EMBEDDINGS.format(result="self.lut(x) / math.sqrt(self.d_model)")),
+        "scale_by_d_model": Mistake(
+            "the lookup is multiplied by d_model instead of sqrt(d_model)",
+            _EMBEDDINGS.format(result="self.lut(x) * self.d_model")),
+    },
+    "ch01.cosine_similarity_matrix": {
+        "dot_product_only": Mistake(
+            "these are plain dot products: each vector must first be divided by its length",
+            _COSINE.format(body="return vectors @ vectors.transpose(-2, -1)")),
+        "normalised_wrong_axis": Mistake(
+            "the lengths were taken over the wrong axis (dim=-2, across vectors); a vector's length is over "
+            "its own entries, the last axis",
+            _COSINE.format(body="unit = vectors / vectors.norm(dim=-2, keepdim=True).clamp_min(eps)\n"
+                                "    return unit @ unit.transpose(-2, -1)")),
+        "zero_vector_nan": Mistake(
+            "a zero vector gives 0/0 = NaN: clamp each length below at eps (norm.clamp_min(eps))",
+            _COSINE.format(body="unit = vectors / vectors.norm(dim=-1, keepdim=True)\n"
+                                "    return unit @ unit.transpose(-2, -1)")),
+    },
     "ch02.positional_encoding": {
         "sin_cos_swapped": Mistake(
             "sine and cosine are swapped: even columns take sin(pos * w_i), odd columns cos(pos * w_i)",
