@@ -28,8 +28,9 @@ def step_weight_bytes(model) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model: proves the script runs")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     config, vocab, n = ("tiny", 100, 8) if args.quick else ("base", 8000, 128)
     model = random_model(config, vocab)
     weights = step_weight_bytes(model)
