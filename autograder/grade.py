@@ -159,15 +159,23 @@ def _plain(value):
     return value.detach().contiguous() if isinstance(value, torch.Tensor) else value
 
 
-def _diagnose(exercise: Exercise, case: Case, got, state: dict | None = None) -> list[str]:
-    """Names of declared mistakes whose output on this case equals the submission's."""
+def error_text(exc: BaseException) -> str:
+    """How an exception is reported, the same way here and in the worker."""
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = None,
+              error: str | None = None) -> list[str]:
+    """Declared mistakes that give the submission's output on this case, or raise its ``error``."""
     found = []
     for name in exercise.mistakes:
         try:
             wrong = _expected(mistake_function(exercise.id, name, exercise.name), case, state)
-        except Exception:  # noqa: BLE001, S112 - a mistake that cannot run on these inputs matches nothing
-            continue
-        if close(got, wrong, case.rtol, case.atol) or _same_nan_pattern(got, wrong):
+        except Exception as exc:  # noqa: BLE001 - a mistake may fail on these inputs: then its error is its output
+            matches = error is not None and error_text(exc) == error
+        else:
+            matches = error is None and (close(got, wrong, case.rtol, case.atol) or _same_nan_pattern(got, wrong))
+        if matches:
             found.append(f"**Diagnosis: {name}**: {MISTAKES[exercise.id][name].message}.")
     return found
 
@@ -352,10 +360,9 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
             return TestResult(name, 0.0, weight, "\n\n".join(lines + ["not implemented yet (the stub raises "
                                                                        "`NotImplementedError`)"]))
         if error.startswith("MemoryError") or "can't allocate memory" in error:
-            error = f"exceeded the memory limit ({error[:200]})"
-        else:
-            error = f"your code raised `{error}`"
-        return TestResult(name, 0.0, weight, "\n\n".join(lines + [error]))
+            return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"exceeded the memory limit ({error[:200]})"]))
+        diagnosis = _diagnose(exercise, case, state=state, error=error)
+        return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"your code raised `{error}`", *diagnosis]))
     try:
         got = wire.unpack_value(reply.get("value"), out)
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:

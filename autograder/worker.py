@@ -338,7 +338,7 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
             reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"])}
         except BaseException as exc:  # noqa: BLE001 - whatever the student raised is their answer
             out = []
-            text = f"{type(exc).__name__}: {exc}"[:2000]
+            text = f"{type(exc).__name__}: {exc}"[:2000]  # as grade.error_text, to match declared mistakes
             reply = {"id": request["id"], "ok": False, "error": text}
         reply["buffers"] = [len(b) for b in out]
         write_all(resp_fd, encode_frame(reply, out))

@@ -18,7 +18,8 @@ from autograder.cases import CASES
 from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
                                 read_submission)
-from autograder.grade import Report, TestResult, _diagnose, _expected, _judge, _provided, default_seed, resolve
+from autograder.grade import (Report, TestResult, _diagnose, _expected, _judge, _provided, _reference_state,
+                              default_seed, error_text, resolve)
 from autograder.mistakes import MISTAKES
 from autograder.registry import REGISTRY, Exercise, by_id
 from autograder.results import GRADESCOPE_SCHEMA, error_results, to_gradescope
@@ -193,12 +194,14 @@ def test_each_mistake_fails_some_case_and_is_named_there(exercise_id, mistake):
     reference = resolve(exercise.reference)
     named = []
     for case in CASES[exercise_id](1234):
+        state = _reference_state(reference, case, 0)
         try:
-            got = _expected(wrong, case)
-        except RuntimeError:
+            got = _expected(wrong, case, state)
+        except Exception as exc:  # noqa: BLE001 - a raising mistake is named by its error
+            named += _diagnose(exercise, case, state=state, error=error_text(exc))
             continue
-        if not compare(got, _expected(reference, case), case.rtol, case.atol).ok:
-            named += _diagnose(exercise, case, got)
+        if not compare(got, _expected(reference, case, state), case.rtol, case.atol).ok:
+            named += _diagnose(exercise, case, got, state)
     assert any(f"**Diagnosis: {mistake}**" in n for n in named)
 
 
