@@ -19,7 +19,8 @@ class Exercise:
         chapter: the chapter folder under ``solutions/`` and ``chapters/`` (= nbgrader assignment).
         notebook: the notebook file inside that folder.
         name: the top-level name the student defines (function or class).
-        kind: ``"function"`` or ``"module"`` (an ``nn.Module`` subclass).
+        kind: ``"function"``, ``"module"`` (an ``nn.Module`` subclass) or ``"class"`` (a plain
+            class whose instance attributes are graded, see ``Case.attributes``).
         signature: as shown to the student.
         points: the exercise's weight.
         solution_grade_id: nbgrader ``grade_id`` of the cell holding the answer.
@@ -37,7 +38,7 @@ class Exercise:
     chapter: str
     notebook: str
     name: str
-    kind: Literal["function", "module"]
+    kind: Literal["function", "module", "class"]
     signature: str
     points: int
     solution_grade_id: str
@@ -87,6 +88,49 @@ REGISTRY: tuple[Exercise, ...] = (
         reference="tfm_solution.attention:softmax_saturation",
         mistakes=("ignores_scaled_flag", "min_instead_of_max"),
         banned=("scaled_dot_product_attention",),
+        time_budget_s=1.0,
+    ),
+    Exercise(
+        id="ch04.subsequent_mask",
+        chapter="04_masks",
+        notebook="masks.ipynb",
+        name="subsequent_mask",
+        kind="function",
+        signature="subsequent_mask(size) -> torch.Tensor",
+        points=3,
+        solution_grade_id="ch04-subsequent-mask",
+        test_grade_id="ch04-subsequent-mask-tests",
+        reference="tfm_solution.masks:subsequent_mask",
+        mistakes=("upper_triangle", "diagonal_hidden", "no_batch_axis", "float_mask"),
+        time_budget_s=1.0,
+    ),
+    Exercise(
+        id="ch04.batch",
+        chapter="04_masks",
+        notebook="masks.ipynb",
+        name="Batch",
+        kind="class",
+        signature="Batch(src, tgt=None, pad=2) with src_mask, tgt, tgt_y, tgt_mask, ntokens",
+        points=5,
+        solution_grade_id="ch04-batch",
+        test_grade_id="ch04-batch-tests",
+        reference="tfm_solution.masks:Batch",
+        prerequisites=("tfm_solution.masks:subsequent_mask",),
+        mistakes=("no_shift", "causal_only", "padding_only", "ntokens_from_tgt", "ignores_pad_argument"),
+        time_budget_s=1.0,
+    ),
+    Exercise(
+        id="ch04.masked_softmax",
+        chapter="04_masks",
+        notebook="masks.ipynb",
+        name="masked_softmax",
+        kind="function",
+        signature="masked_softmax(scores, mask=None) -> torch.Tensor",
+        points=4,
+        solution_grade_id="ch04-masked-softmax",
+        test_grade_id="ch04-masked-softmax-tests",
+        reference="tfm_solution.masks:masked_softmax",
+        mistakes=("neg_inf_nan_rows", "fill_minus_1e9", "additive_mask", "mask_after_softmax", "inverted_mask"),
         time_budget_s=1.0,
     ),
 )
