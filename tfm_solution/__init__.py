@@ -11,7 +11,7 @@ from .embeddings import Embeddings, cosine_similarity_matrix
 from .encoder_decoder import Decoder, DecoderLayer, Encoder, EncoderDecoder, EncoderLayer, Generator, make_model
 from .feed_forward import PositionwiseFeedForward
 from .kv_cache import KVCache, kv_cache_bytes
-from .masks import Batch, subsequent_mask
+from .masks import Batch, masked_softmax, subsequent_mask
 from .multihead import MultiHeadedAttention
 from .norm import LayerNorm, SublayerConnection
 from .positional_encoding import PositionalEncoding, positional_encoding, rotation_matrix
@@ -43,6 +43,7 @@ __all__ = [
     "greedy_decode",
     "kv_cache_bytes",
     "make_model",
+    "masked_softmax",
     "positional_encoding",
     "rate",
     "rotation_matrix",
