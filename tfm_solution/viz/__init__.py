@@ -9,19 +9,24 @@ from .attention import library_lookup, mask_explorer, scale_explorer
 from .diagram import architecture_diagram
 from .embeddings import similarity_explorer, training_projection
 from .frames import FramePlayer, as_widget, figure_png
+from .masks import FrameGrid, batch_builder, fill_value_explorer, peek_demo
 from .positional_encoding import circle_explorer, distance_explorer, wave_explorer
 from .student import Resolved, resolve
 
 __all__ = [
+    "FrameGrid",
     "FramePlayer",
     "Resolved",
     "architecture_diagram",
     "as_widget",
+    "batch_builder",
     "circle_explorer",
     "distance_explorer",
     "figure_png",
+    "fill_value_explorer",
     "library_lookup",
     "mask_explorer",
+    "peek_demo",
     "resolve",
     "scale_explorer",
     "similarity_explorer",
