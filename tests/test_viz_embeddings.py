@@ -1,0 +1,87 @@
+"""Chapter 1's widgets: linked frames for the static site, the student's code used when it works,
+the reference (with a message) when it is a stub, and the projection's fixed axes."""
+
+import ipywidgets as widgets
+import pytest
+import torch
+from torch import nn
+
+from tfm_solution import Embeddings, cosine_similarity_matrix
+from tfm_solution.viz import similarity_explorer, training_projection
+from tfm_solution.viz.embeddings import projection_2d, resolve_embeddings
+from tfm_solution.word_vectors import train_word_vectors
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.fixture(scope="module")
+def run():
+    return train_word_vectors(steps=(0, 20, 60))
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def test_similarity_explorer_has_one_linked_frame_per_word(run):
+    player = similarity_explorer(lambda v, eps=1e-8: cosine_similarity_matrix(v, eps), run, start="香蕉")
+    assert len(player.stack.children) == len(run.vocab) == 18
+    assert player.link is not None and player.stack.selected_index == run.vocab.index("香蕉")
+    frame = player.stack.children[run.vocab.index("苹果")].value
+    # The nearest neighbours of apple after training are the two other fruit.
+    listed = [w for w in run.vocab if w in frame and w != "苹果"]
+    first_two = sorted(listed, key=frame.index)[:2]
+    assert set(first_two) == {"香蕉", "橘子"}
+    assert "Drawn with your own" in player.children[0].value
+
+
+def test_similarity_explorer_falls_back_on_a_stub_and_flags_a_wrong_answer(run):
+    stub = similarity_explorer(_stub, run)
+    assert "still a stub" in stub.children[0].value
+    dot_only = similarity_explorer(lambda v, eps=1e-8: v @ v.transpose(-2, -1), run)
+    assert "differ from the reference" in dot_only.children[0].value
+
+
+def test_training_projection_frames_and_student_class():
+    class Mine(Embeddings):
+        pass
+
+    player = training_projection(cosine_similarity_matrix, Mine)
+    assert isinstance(player.control, widgets.SelectionSlider)
+    n = len(player.control.options)
+    assert n == len(player.stack.children) >= 5
+    assert all(isinstance(c, widgets.Image) and c.value[:4] == b"\x89PNG" for c in player.stack.children)
+    assert sum(len(c.value) for c in player.stack.children) < 600_000
+    assert "your own `Embeddings`" in player.children[0].value
+    assert "reference `cosine_similarity_matrix`" in player.children[1].value
+
+
+def test_resolve_embeddings_reports_a_missing_scale():
+    class NoScale(nn.Module):
+        def __init__(self, d_model, vocab):
+            super().__init__()
+            self.lut = nn.Embedding(vocab, d_model)
+
+        def forward(self, x):
+            return self.lut(x)
+
+    assert resolve_embeddings(NoScale).status == "differs"
+    assert resolve_embeddings(Embeddings).status == "reference"
+
+
+def test_projection_uses_the_last_snapshots_main_axes(run):
+    points = projection_2d(run.snapshots)
+    assert [tuple(p.shape) for p in points] == [(18, 2)] * 3
+    final = run.snapshots[-1].double()
+    centred = final - final.mean(0)
+    # Two orthonormal axes that keep the most variance: the top two singular values.
+    kept = points[-1].pow(2).sum()
+    top2 = torch.linalg.svdvals(centred)[:2].pow(2).sum()
+    torch.testing.assert_close(kept, top2)
+
+
+def test_live_player_draws_on_demand(run):
+    player = similarity_explorer(None, run, live=True)
+    assert player.link is None
+    player.control.index = 3
+    assert player.stack.selected_index == 3 and "Nearest neighbours" in player.stack.children[3].value
