@@ -78,7 +78,7 @@ def _circle_frame(pe: torch.Tensor, pos: int, pairs: tuple[int, ...]) -> bytes:
     d_model = pe.shape[1]
     omega = pair_frequencies(d_model)
     fig = Figure(figsize=(8, 2.9))
-    axes = fig.subplots(1, len(pairs))
+    axes = fig.subplots(1, len(pairs), squeeze=False)[0]
     ring = torch.linspace(0, 2 * math.pi, 200)
     for ax, i in zip(axes, pairs, strict=True):
         ax.plot(torch.sin(ring), torch.cos(ring), color="#ddd", lw=1)
