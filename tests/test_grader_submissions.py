@@ -24,14 +24,13 @@ from autograder.mistakes import submission_source
 from autograder.registry import REGISTRY, by_id, by_chapter
 from autograder.results import ERROR_TEST, GRADESCOPE_SCHEMA
 from autograder.sandbox import REPO_ROOT
-from tests.grader_fixtures import guarded
 
 SOLUTION = REPO_ROOT / "solutions" / "03_attention" / "attention.ipynb"
 RELEASE = REPO_ROOT / "chapters" / "03_attention" / "attention.ipynb"
 CLI = [sys.executable, "-m", "autograder"]
 
 
-def _release_with(folder: Path, answers: dict[str, str], extra_cells=()) -> Path:
+def _release_with(folder: Path, answers: dict[str, str]) -> Path:
     """The student notebook with some answer cells filled in (by exercise id)."""
     nb = nbformat.read(RELEASE, as_version=4)
     for cell in nb.cells:
@@ -39,7 +38,6 @@ def _release_with(folder: Path, answers: dict[str, str], extra_cells=()) -> Path
         for exercise_id, source in answers.items():
             if grade_id == by_id(exercise_id).solution_grade_id:
                 cell.source = source
-    nb.cells.extend(extra_cells)
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, folder / "attention.ipynb")
     return folder / "attention.ipynb"
@@ -109,8 +107,9 @@ def test_hook_gives_the_grade_commands_points_and_nothing_on_stderr(tmp_path, mo
 
 @pytest.mark.slow
 def test_nbgrader_autograde_gives_the_same_points(tmp_path):
-    """A real nbgrader round trip on the pilot chapter; one student also patches the grader in
-    the kernel, which the preprocessor's recomputation outside the kernel makes useless."""
+    """A real nbgrader round trip on the pilot chapter: partial credit on one exercise, full on
+    the other; the submission also patches the grader inside its kernel (the graded cells would
+    then print full marks), which the preprocessor's recomputation outside the kernel undoes."""
     course = tmp_path / "course"
     (course / "solutions").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "nbgrader_config.py", course)
@@ -126,27 +125,23 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path):
     answers = _solution_answers()
     answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
     patch = nbformat.v4.new_code_cell("import autograder.hook\nautograder.hook.grade_in_notebook = lambda *a: 6.0")
-    submissions = {"partial": _release_with(tmp_path / "p", answers),
-                   "patcher": _release_with(tmp_path / "h", {"ch03.attention": guarded("False")})}
-    nb = nbformat.read(submissions["patcher"], as_version=4)
+    path = _release_with(tmp_path / "submission", answers)
+    nb = nbformat.read(path, as_version=4)
     nb.cells.insert(1, patch)
-    nbformat.write(nb, submissions["patcher"])
-    for student, path in submissions.items():
-        nbgrader("db", "student", "add", student)
-        target = course / "submitted" / student / "03_attention"
-        target.mkdir(parents=True)
-        shutil.copy(path, target / "attention.ipynb")
+    nbformat.write(nb, path)
+    nbgrader("db", "student", "add", "s1")
+    target = course / "submitted" / "s1" / "03_attention"
+    target.mkdir(parents=True)
+    shutil.copy(path, target / "attention.ipynb")
     nbgrader("autograde", "03_attention")
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        for student, path in submissions.items():
-            notebook = gradebook.find_submission_notebook("attention", "03_attention", student)
-            got = {g.name: g.auto_score for g in notebook.grades}
-            report = grade_path(path, chapter="03")
-            for exercise in by_chapter("03_attention"):
-                assert got[exercise.test_grade_id] == report.exercise_score(exercise.id), (student, exercise.id)
-    assert report.exercise_score("ch03.attention") == 0  # the patcher gained nothing
+        notebook = gradebook.find_submission_notebook("attention", "03_attention", "s1")
+        got = {g.name: g.auto_score for g in notebook.grades}
+    report = grade_path(path, chapter="03")
+    assert got == {e.test_grade_id: report.exercise_score(e.id) for e in by_chapter("03_attention")}
+    assert got["ch03-attention-tests"] == 5.0 and got["ch03-softmax-saturation-tests"] == 4.0  # not the patched 6
 
 
 @pytest.mark.slow
