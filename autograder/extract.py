@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
 import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-
-import nbformat
 
 from autograder.registry import Exercise
 
@@ -78,8 +77,9 @@ class Extraction:
         return hashlib.sha256("\0".join(c["source"] for c in self.chunks).encode()).hexdigest()
 
 
-def _meta(cell) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
+def _meta(cell: dict) -> dict:
+    meta = cell.get("metadata")
+    meta = meta.get("nbgrader") if isinstance(meta, dict) else None
     return meta if isinstance(meta, dict) else {}
 
 
@@ -88,13 +88,21 @@ def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
     if len(data) > MAX_NOTEBOOK_BYTES:
         return Unreadable(name, f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
-        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        nb = json.loads(data.decode("utf-8"))
+        if not isinstance(nb, dict):
+            raise ValueError("not a notebook (no JSON object)")
+        if nb.get("nbformat") != 4:
+            import nbformat  # only for older formats: it converts them (its import takes seconds)
+
+            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("not a notebook (no list of cells)")
     except Exception as exc:  # noqa: BLE001 - any parser failure means "unreadable"
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         return Unreadable(name, f"could not read notebook: {first}")
     cells = []
-    for index, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
+    for index, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
         if isinstance(source, list):

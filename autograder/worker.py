@@ -417,8 +417,9 @@ def fork_server(ctl_fd: int) -> None:
     sys.path[:] = hello["sys_path"]
     import torch
 
+    # One thread: the same reductions in the same order on every machine. (Not
+    # use_deterministic_algorithms: it imports the compiler stack, seconds for nothing on CPU.)
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)  # costs seconds the first time: paid once, here
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back here to be reaped
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
