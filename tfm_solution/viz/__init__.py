@@ -7,7 +7,7 @@ path in a running kernel), ``student`` picks the student's function or the refer
 
 from .attention import library_lookup, mask_explorer, scale_explorer
 from .diagram import architecture_diagram
-from .embeddings import similarity_explorer, training_projection
+from .embeddings import embedding_scale_explorer, similarity_explorer, training_projection
 from .frames import FramePlayer, as_widget, figure_png
 from .masks import FrameGrid, batch_builder, fill_value_explorer, peek_demo
 from .positional_encoding import circle_explorer, distance_explorer, wave_explorer
@@ -22,6 +22,7 @@ __all__ = [
     "batch_builder",
     "circle_explorer",
     "distance_explorer",
+    "embedding_scale_explorer",
     "figure_png",
     "fill_value_explorer",
     "library_lookup",
