@@ -85,3 +85,30 @@ def test_live_player_draws_on_demand(run):
     assert player.link is None
     player.control.index = 3
     assert player.stack.selected_index == 3 and "Nearest neighbours" in player.stack.children[3].value
+
+
+def test_scale_explorer_measures_lengths_against_float64_oracles():
+    from tfm_solution.viz import embedding_scale_explorer
+    from tfm_solution.viz.embeddings import INITS, scale_lengths
+
+    lengths = scale_lengths(Embeddings, d_models=(64, 256), vocab=500)
+    for k, d in enumerate((64, 256)):
+        small_rows, small_out = lengths[INITS[0]][k]
+        unit_rows, unit_out = lengths[INITS[2]][k]
+        # Entries of std 1/sqrt(d): rows of length about 1; std 1: about sqrt(d). The module multiplies by sqrt(d).
+        assert small_rows == pytest.approx(1.0, rel=0.1) and unit_rows == pytest.approx(d**0.5, rel=0.1)
+        assert small_out == pytest.approx(small_rows * d**0.5, rel=1e-5)
+        assert unit_out == pytest.approx(unit_rows * d**0.5, rel=1e-5)
+    player = embedding_scale_explorer(None, d_models=(64, 512))
+    assert player.control.value == 512 and len(player.stack.children) == 2
+    stub = embedding_scale_explorer(_stub_class(), d_models=(64,))
+    assert "still a stub" in stub.children[0].value
+
+
+def _stub_class():
+    class Stub(nn.Module):
+        def __init__(self, d_model, vocab):
+            super().__init__()
+            raise NotImplementedError
+
+    return Stub

@@ -1,18 +1,20 @@
-"""Chapter 1's widgets: nearest neighbours by cosine similarity, and the table moving in training.
+"""Chapter 1's widgets: nearest neighbours, the table moving in training, and the sqrt(d_model) scale.
 
-Both draw a recorded run of ``word_vectors.train_word_vectors`` (the toy corpus of fruit and
-vehicle sentences), with the student's ``cosine_similarity_matrix`` and ``Embeddings`` when
-they work and with the reference otherwise. Every frame is rendered in advance, so the
-widgets also respond on the static website.
+The first two draw a recorded run of ``word_vectors.train_word_vectors`` (the toy corpus of
+fruit and vehicle sentences); the third measures vector lengths. All use the student's
+``cosine_similarity_matrix`` and ``Embeddings`` when they work and the reference otherwise.
+Every frame is rendered in advance, so the widgets also respond on the static website.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 
 import ipywidgets as widgets
 import torch
+from torch import nn
 from matplotlib.figure import Figure
 
 from ..embeddings import Embeddings
@@ -187,3 +189,84 @@ def training_projection(
         header=[table.banner(), cosine.banner()],
         live=live,
     )
+
+
+#: The d_model values of the scale slider, and the initialisations compared.
+D_MODEL_GRID = (32, 64, 128, 256, 512, 1024)
+INITS = ("normal, std 1/√d_model", "xavier uniform", "normal, std 1")
+
+
+def scale_lengths(
+    embeddings_cls: type, d_models: tuple[int, ...] = D_MODEL_GRID, vocab: int = 2000, seed: int = 0
+) -> dict[str, list[tuple[float, float]]]:
+    """Mean vector length of ``embeddings_cls(d_model, vocab)`` per initialisation of its table.
+
+    Returns:
+        For each name of ``INITS``, one ``(table row length, module output length)`` pair per
+        entry of ``d_models``; the module's output includes its ``sqrt(d_model)`` scale.
+    """
+    g = torch.Generator().manual_seed(seed)
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in INITS}
+    for d in d_models:
+        module = embeddings_cls(d, vocab)
+        ids = torch.randint(0, vocab, (256,), generator=g)
+        for name in INITS:
+            with torch.no_grad():
+                if name == INITS[0]:
+                    nn.init.normal_(module.lut.weight, std=d**-0.5, generator=g)
+                elif name == INITS[1]:
+                    nn.init.xavier_uniform_(module.lut.weight, generator=g)
+                else:
+                    nn.init.normal_(module.lut.weight, generator=g)
+                rows = module.lut.weight[ids].norm(dim=-1).mean().item()
+                out = module(ids).norm(dim=-1).mean().item()
+            found[name].append((rows, out))
+    return found
+
+
+def _scale_frame(k: int, d_models: tuple[int, ...], lengths: dict[str, list[tuple[float, float]]]) -> bytes:
+    d = d_models[k]
+    fig = Figure(figsize=(8.4, 3.0))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.1]})
+    x = torch.arange(len(INITS)).float()
+    rows = [lengths[name][k][0] for name in INITS]
+    outs = [lengths[name][k][1] for name in INITS]
+    left.bar((x - 0.2).tolist(), rows, width=0.4, color="#9ca3af", label="table row")
+    left.bar((x + 0.2).tolist(), outs, width=0.4, color="#2563eb", label="Embeddings output")
+    left.axhline(math.sqrt(d / 2), color="#16a34a", lw=2, label="positional encoding √(d/2)")
+    left.set_yscale("log")
+    left.set_xticks(x.tolist(), ["std 1/√d", "xavier", "std 1"], fontsize=8)
+    left.set_ylabel("vector length")
+    left.set_title(f"d_model = {d}, vocab 2000", fontsize=9)
+    left.legend(fontsize=7, loc="upper left")
+    pe = [math.sqrt(dm / 2) for dm in d_models]
+    for name, colour in zip(INITS, ("#2563eb", "#d97706", "#dc2626"), strict=True):
+        right.plot(d_models, [o / p for (_, o), p in zip(lengths[name], pe, strict=True)], "o-", color=colour,
+                   ms=3, label=name)
+    right.axhline(1, color="#16a34a", lw=1, ls=":")
+    right.axvline(d, color="#111", lw=1)
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xlabel("d_model")
+    right.set_ylabel("word length / position length")
+    right.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def embedding_scale_explorer(
+    embeddings_cls: type | None = None, d_models: tuple[int, ...] = D_MODEL_GRID, live: bool = False
+) -> FramePlayer:
+    """A d_model slider: how long a word vector is next to its positional encoding, per initialisation.
+
+    Args:
+        embeddings_cls: the student's ``Embeddings`` class; ``None`` uses the reference.
+        d_models: the slider's values; it starts at 512 when that is one of them.
+        live: draw each frame when it is first chosen (running kernel only; see ``FramePlayer``).
+    """
+    used = resolve_embeddings(embeddings_cls)
+    lengths = scale_lengths(used.fn, d_models)
+    control = widgets.SelectionSlider(options=list(d_models), value=512 if 512 in d_models else d_models[0],
+                                      description="d_model")
+    return FramePlayer(control, lambda k: _scale_frame(k, d_models, lengths), len(d_models), header=[used.banner()],
+                       live=live)
