@@ -52,23 +52,30 @@ def _solution_answers() -> dict[str, str]:
             for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids}
 
 
+def _released_points() -> float:
+    """Points of every exercise whose chapter notebook exists (chapters are added over time)."""
+    return float(sum(e.points for e in REGISTRY if (REPO_ROOT / "solutions" / e.chapter / e.notebook).exists()))
+
+
 @pytest.mark.slow
-def test_solution_scores_full_marks_through_the_command_line(tmp_path):
+def test_solutions_score_full_marks_through_the_command_line(tmp_path):
+    """Every chapter's solution notebook, graded at once from the folder of solutions."""
     results = tmp_path / "results.json"
-    run = subprocess.run([*CLI, "grade", str(SOLUTION), "--chapter", "03", "--results", str(results)],
+    run = subprocess.run([*CLI, "grade", str(REPO_ROOT / "solutions"), "--results", str(results)],
                          capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr
     data = json.loads(results.read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
-    assert data["score"] == sum(e.points for e in by_chapter("03_attention")) == 10
-    assert "total" in run.stdout and "10/10" in run.stdout
-    assert all(t["status"] == "passed" for t in data["tests"])
+    assert data["score"] == _released_points() >= 10
+    assert f"{data['score']:g}/{data['score']:g}" in run.stdout
+    assert all(t["status"] == "passed" for t in data["tests"]), [t["name"] for t in data["tests"]
+                                                                 if t["status"] != "passed"]
 
 
 @pytest.mark.slow
-def test_untouched_stub_scores_zero(tmp_path):
-    report = grade_path(RELEASE, chapter="03")
-    assert report.score == 0 and report.max_score == 10
+def test_untouched_stubs_score_zero():
+    report = grade_path(REPO_ROOT / "chapters")
+    assert report.score == 0 and report.max_score == _released_points()
     assert all("not implemented" in t.output for t in report.tests if t.max_score > 0)
 
 
