@@ -139,7 +139,7 @@ def _batch_frame(batch, vocab: list[str]) -> str:
         padding = batch.tgt[row] != PAD_ID
         parts.append(
             f'<p style="margin:8px 0 4px 0"><b>Sentence {row + 1}</b></p>'
-            '<table style="border-collapse:collapse;margin-bottom:4px">'
+            '<table style="display:inline-block;vertical-align:top;border-collapse:collapse;margin:0 24px 8px 0">'
             + _ids_row(batch.src[row], vocab, "src")
             + _ids_row(batch.tgt[row], vocab, "tgt (decoder input)")
             + _ids_row(batch.tgt_y[row], vocab, "tgt_y (labels)")
@@ -148,6 +148,7 @@ def _batch_frame(batch, vocab: list[str]) -> str:
         src_tokens = [vocab[int(i)] for i in batch.src[row]]
         parts.append(_grid_html(batch.src_mask[row].expand(1, -1), ["any query"], src_tokens,
                                 "src_mask (keys of the source)"))
+        parts.append("<br>")
         parts.append(_grid_html(padding.expand(n, n), tgt_tokens, tgt_tokens, "padding mask of tgt"))
         parts.append(_grid_html(reference_subsequent_mask(n)[0], tgt_tokens, tgt_tokens, "causal mask"))
         parts.append(_grid_html(batch.tgt_mask[row], tgt_tokens, tgt_tokens, "tgt_mask = padding &amp; causal"))
@@ -166,15 +167,16 @@ def batch_builder(batch_cls: Callable | None = None, max_words: int = 5) -> Fram
         max_words: the longest sentence the sliders allow (at most 5 words in the toy pairs).
     """
     used = resolve(batch_cls, ReferenceBatch, _batch_attributes, "Batch")
-    first = widgets.IntSlider(value=2, min=0, max=max_words - 1, description="sentence 1", readout=False)
-    second = widgets.IntSlider(value=0, min=0, max=max_words - 1, description="sentence 2", readout=False)
+    first = widgets.SelectionSlider(options=[f"{n} word{'s' if n > 1 else ''}" for n in range(1, max_words + 1)],
+                                    index=min(2, max_words - 1), description="sentence 1")
+    second = widgets.SelectionSlider(options=[f"{n} word{'s' if n > 1 else ''}" for n in range(1, max_words + 1)],
+                                     index=0, description="sentence 2")
 
     def render(i: int, j: int) -> str:
         src, tgt, vocab = toy_batch((i + 1, j + 1))
         return _batch_frame(used.fn(src, tgt, pad=PAD_ID), vocab)
 
-    caption = widgets.HTML("<i>Slide the number of words of each sentence (1 to "
-                           f"{max_words}); the shorter one is padded.</i>")
+    caption = widgets.HTML("<i>Slide the number of words of each sentence; the shorter one is padded.</i>")
     return FrameGrid(first, second, (max_words, max_words), render, header=[used.banner(), caption])
 
 
@@ -185,13 +187,14 @@ PEEK_TOKENS = ("<开始>", "我", "爱", "你")
 PEEK_VOCAB = ("<开始>", "我", "爱", "你", "他", "们", "。", "吃")
 
 
-def peek_model(seed: int = 5, d: int = 8) -> dict[str, torch.Tensor]:
-    """The weights of a tiny, untrained one-layer decoder: embeddings, positions, Q/K/V maps."""
+def peek_model(seed: int = 4, d: int = 8) -> dict[str, torch.Tensor]:
+    """The weights of a tiny, untrained one-layer decoder: embeddings, positions, Q/K/V maps, read-out."""
     g = torch.Generator().manual_seed(seed)
     return {
         "embed": torch.randn(len(PEEK_VOCAB), d, generator=g, dtype=torch.float64),
         "position": 0.5 * torch.randn(len(PEEK_TOKENS), d, generator=g, dtype=torch.float64),
         **{name: torch.randn(d, d, generator=g, dtype=torch.float64) / d**0.5 for name in ("wq", "wk", "wv")},
+        "out": torch.randn(d, len(PEEK_VOCAB), generator=g, dtype=torch.float64),
     }
 
 
@@ -206,7 +209,7 @@ def peek_forward(
     ids = torch.tensor([PEEK_VOCAB.index(t) for t in PEEK_TOKENS[:n]])
     x = weights["embed"][ids] + weights["position"][:n]
     out, p_attn = attention(x @ weights["wq"], x @ weights["wk"], x @ weights["wv"], mask=mask)
-    return p_attn, (x + out) @ weights["embed"].T
+    return p_attn, (x + out) @ weights["out"]
 
 
 def _peek_frame(n: int, masked: bool, p_attn: torch.Tensor, logits: torch.Tensor, alone: list[int]) -> str:
@@ -240,7 +243,7 @@ def _peek_probe(fn: Callable) -> torch.Tensor:
     return fn(5)
 
 
-def peek_demo(subsequent_mask_fn: Callable | None = None, seed: int = 5) -> FrameGrid:
+def peek_demo(subsequent_mask_fn: Callable | None = None, seed: int = 4) -> FrameGrid:
     """Feed the prefix one token at a time, with and without the causal mask; watch old predictions.
 
     With the mask, position ``i`` computes the same output whatever comes after it, so its
