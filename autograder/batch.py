@@ -2,8 +2,9 @@
 
 Every entry of DIR (a notebook, a folder or a zip) is one submission, named after the entry.
 Submissions are graded concurrently by ``--jobs`` harness processes (each with its own
-fork server and pytest session) with a progress bar; one row per submission goes to the CSV, with a score per
-exercise. A submission that breaks the grader gets an error row, never a crash of the batch.
+fork server and pytest session) with a progress bar; one row per submission goes to the
+CSV, with a score per exercise. A submission that breaks the grader gets an error row,
+never a crash of the batch.
 """
 
 from __future__ import annotations

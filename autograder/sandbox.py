@@ -64,8 +64,8 @@ class _ForkServer:
         self.lock = threading.Lock()
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
             [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT), str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_ENV,
-            cwd="/", start_new_session=True)
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=_ENV, cwd="/", start_new_session=True)
         theirs.close()
         ours.settimeout(120)
         ours.send(json.dumps({"sys_path": _site_paths()}).encode())
