@@ -11,9 +11,6 @@ from tfm_solution.viz import similarity_explorer, training_projection
 from tfm_solution.viz.embeddings import projection_2d, resolve_embeddings
 from tfm_solution.word_vectors import train_word_vectors
 
-pytestmark = pytest.mark.fast
-
-
 @pytest.fixture(scope="module")
 def run():
     return train_word_vectors(steps=(0, 20, 60))
@@ -23,6 +20,7 @@ def _stub(*args, **kwargs):
     raise NotImplementedError
 
 
+@pytest.mark.fast
 def test_similarity_explorer_has_one_linked_frame_per_word(run):
     player = similarity_explorer(lambda v, eps=1e-8: cosine_similarity_matrix(v, eps), run, start="香蕉")
     assert len(player.stack.children) == len(run.vocab) == 18
@@ -35,6 +33,7 @@ def test_similarity_explorer_has_one_linked_frame_per_word(run):
     assert "Drawn with your own" in player.children[0].value
 
 
+@pytest.mark.fast
 def test_similarity_explorer_falls_back_on_a_stub_and_flags_a_wrong_answer(run):
     stub = similarity_explorer(_stub, run)
     assert "still a stub" in stub.children[0].value
@@ -42,20 +41,22 @@ def test_similarity_explorer_falls_back_on_a_stub_and_flags_a_wrong_answer(run):
     assert "differ from the reference" in dot_only.children[0].value
 
 
+@pytest.mark.slow
 def test_training_projection_frames_and_student_class():
     class Mine(Embeddings):
         pass
 
-    player = training_projection(cosine_similarity_matrix, Mine)
+    player = training_projection(cosine_similarity_matrix, Mine, steps=(0, 10, 30, 60, 100))
     assert isinstance(player.control, widgets.SelectionSlider)
     n = len(player.control.options)
-    assert n == len(player.stack.children) >= 5
+    assert n == len(player.stack.children) == 5
     assert all(isinstance(c, widgets.Image) and c.value[:4] == b"\x89PNG" for c in player.stack.children)
     assert sum(len(c.value) for c in player.stack.children) < 600_000
     assert "your own `Embeddings`" in player.children[0].value
     assert "reference `cosine_similarity_matrix`" in player.children[1].value
 
 
+@pytest.mark.fast
 def test_resolve_embeddings_reports_a_missing_scale():
     class NoScale(nn.Module):
         def __init__(self, d_model, vocab):
@@ -69,6 +70,7 @@ def test_resolve_embeddings_reports_a_missing_scale():
     assert resolve_embeddings(Embeddings).status == "reference"
 
 
+@pytest.mark.fast
 def test_projection_uses_the_last_snapshots_main_axes(run):
     points = projection_2d(run.snapshots)
     assert [tuple(p.shape) for p in points] == [(18, 2)] * 3
@@ -80,6 +82,7 @@ def test_projection_uses_the_last_snapshots_main_axes(run):
     torch.testing.assert_close(kept, top2)
 
 
+@pytest.mark.fast
 def test_live_player_draws_on_demand(run):
     player = similarity_explorer(None, run, live=True)
     assert player.link is None
@@ -87,6 +90,7 @@ def test_live_player_draws_on_demand(run):
     assert player.stack.selected_index == 3 and "Nearest neighbours" in player.stack.children[3].value
 
 
+@pytest.mark.slow
 def test_scale_explorer_measures_lengths_against_float64_oracles():
     from tfm_solution.viz import embedding_scale_explorer
     from tfm_solution.viz.embeddings import INITS, scale_lengths

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from ..embeddings import Embeddings
 from ..embeddings import cosine_similarity_matrix as reference_cosine
-from ..word_vectors import GLOSSES, WordVectorRun, group_of, group_similarity, train_word_vectors
+from ..word_vectors import GLOSSES, SNAPSHOT_STEPS, WordVectorRun, group_of, group_similarity, train_word_vectors
 from .frames import FramePlayer, figure_png
 from .student import Resolved, resolve
 
@@ -166,17 +166,21 @@ def _projection_frame(
 
 
 def training_projection(
-    cosine_fn: Callable | None = None, embeddings_cls: type | None = None, live: bool = False
+    cosine_fn: Callable | None = None,
+    embeddings_cls: type | None = None,
+    steps: tuple[int, ...] = SNAPSHOT_STEPS,
+    live: bool = False,
 ) -> FramePlayer:
     """A training-step slider: the word vectors in 2-D and the group similarities as they learn.
 
     Args:
         cosine_fn: the student's ``cosine_similarity_matrix``; ``None`` uses the reference.
         embeddings_cls: the student's ``Embeddings`` class, trained here; ``None`` uses the reference.
+        steps: the training steps shown, one frame each.
         live: draw each frame when it is first chosen (running kernel only; see ``FramePlayer``).
     """
     cosine, table = resolve_cosine(cosine_fn), resolve_embeddings(embeddings_cls)
-    run = train_word_vectors(embeddings_cls=table.fn)
+    run = train_word_vectors(steps=steps, embeddings_cls=table.fn)
     points = projection_2d(run.snapshots)
     limit = 1.1 * max(float(p.abs().max()) for p in points)
     stats = [group_similarity(run, cosine.fn(s.double()).detach()) for s in run.snapshots]
