@@ -182,3 +182,20 @@ def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mi
     for other in by_chapter(CHAPTER):
         if other.id != exercise_id:
             assert report.exercise_score(other.id) == other.points, (other.id, report.tests)
+
+
+@pytest.mark.fast
+def test_a_class_exercise_answers_with_the_attributes_its_case_names():
+    """The wire carries 0-dim tensors (``ntokens``), and a case's ``attributes`` turn an instance into data."""
+    from autograder import worker as wire
+    from autograder.cases import CASES
+    from autograder.grade import _expected
+
+    buffers: list[bytes] = []
+    tree = wire.pack_value(torch.tensor(7), buffers, 1 << 20)
+    assert torch.equal(wire.unpack_value(tree, buffers), torch.tensor(7))
+    case = CASES["ch04.batch"](0)[0]
+    got = _expected(Batch, case)
+    b = Batch(*case.args, **case.kwargs)
+    assert case.attributes == ("src_mask", "tgt", "tgt_y", "tgt_mask", "ntokens")
+    assert all(torch.equal(g, getattr(b, a)) for g, a in zip(got, case.attributes, strict=True))
