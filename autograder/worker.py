@@ -377,7 +377,9 @@ def _spawn(libc, fds: list[int], isolate: bool, pid_w: int) -> None:
         libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the waiting parent
         if isolate:
             ms_rec, ms_private = 16384, 262144
-            libc.mount(None, b"/", None, ms_rec | ms_private, None)
+            # Without private propagation the covering mounts below would reach the host: fail closed.
+            if libc.mount(None, b"/", None, ms_rec | ms_private, None) != 0:
+                os._exit(71)
         import fcntl
 
         # Move the pipes out of the way first, so that placing them on 0-4 clobbers nothing.
