@@ -207,7 +207,8 @@ def test_checkpoint_round_trip_and_resume_state(tmp_path):
     opt, sched = make_optimizer(model, 16)
     run_epoch(copy_batches(2, 2), model, SimpleLossCompute(model.generator, LabelSmoothing(11, PAD)), opt, sched)
     tok = copy_tokenizer(11)
-    save_checkpoint(tmp_path, model, cfg, {"task": "copy"}, TokenizerPair(tok, tok), TrainState(5, 2, 4, 40), opt, sched)
+    state = TrainState(5, 2, 4, 40)
+    save_checkpoint(tmp_path, model, cfg, {"task": "copy"}, TokenizerPair(tok, tok), state, opt, sched)
     loaded, meta, tokenizers, state = load_checkpoint(tmp_path)
     assert state == TrainState(5, 2, 4, 40) and meta["run"] == {"task": "copy"}
     assert loaded.src_embed[0].lut.weight is loaded.generator.proj.weight  # tying survives

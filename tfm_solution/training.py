@@ -50,7 +50,8 @@ class LabelSmoothing(nn.Module):
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.size(1) != self.size or target.shape != x.shape[:1]:
-            raise ValueError(f"expected x (n, {self.size}) and target (n,), got {tuple(x.shape)}, {tuple(target.shape)}")
+            raise ValueError(f"expected x (n, {self.size}) and target (n,), "
+                             f"got {tuple(x.shape)}, {tuple(target.shape)}")
         true_dist = torch.full_like(x, self.smoothing / (self.size - 2), dtype=torch.float32)
         true_dist.scatter_(1, target.unsqueeze(1), self.confidence)
         true_dist[:, self.padding_idx] = 0
@@ -71,7 +72,9 @@ class SimpleLossCompute:
         self.generator = generator
         self.criterion = criterion
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, norm: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, x: torch.Tensor, y: torch.Tensor, norm: torch.Tensor | float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.generator(x)
         sloss = self.criterion(x.reshape(-1, x.size(-1)), y.reshape(-1)) / norm
         return sloss.detach() * norm, sloss
