@@ -23,6 +23,8 @@ from tfm_solution.word_vectors import (
     train_word_vectors,
 )
 
+from .notebook_answers import release_with, solution_answers
+
 REPO = Path(__file__).resolve().parents[1]
 SOLUTION = REPO / "solutions" / "01_embeddings" / "embeddings.ipynb"
 RELEASE = REPO / "chapters" / "01_embeddings" / "embeddings.ipynb"
@@ -133,28 +135,8 @@ def test_visible_tests_pass_on_the_reference_and_fail_on_each_declared_mistake(e
 # The grader on the chapter's notebooks.
 
 
-def _solution_answers() -> dict[str, str]:
-    nb = nbformat.read(SOLUTION, as_version=4)
-    ids = {e.solution_grade_id: e.id for e in by_chapter(CHAPTER)}
-    return {
-        ids[c.metadata["nbgrader"]["grade_id"]]: "\n".join(
-            line for line in c.source.splitlines() if not line.strip().startswith(("### BEGIN SOLUTION", "### END SOLUTION"))
-        )
-        for c in nb.cells
-        if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids
-    }
 
 
-def _release_with(folder: Path, answers: dict[str, str]) -> Path:
-    nb = nbformat.read(RELEASE, as_version=4)
-    for cell in nb.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        for exercise_id, source in answers.items():
-            if grade_id == by_id(exercise_id).solution_grade_id:
-                cell.source = source
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / RELEASE.name)
-    return folder / RELEASE.name
 
 
 @pytest.mark.slow
@@ -170,9 +152,9 @@ def test_solution_scores_full_marks_and_the_stub_zero():
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise_id,mistake", [(e.id, m) for e in REGISTRY if e.chapter == CHAPTER for m in e.mistakes])
 def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mistake):
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers[exercise_id] = submission_source(exercise_id, mistake)
-    report = grade_path(_release_with(tmp_path, answers), chapter="01")
+    report = grade_path(release_with(RELEASE, tmp_path, answers), chapter="01")
     assert report.exercise_score(exercise_id) < by_id(exercise_id).points
     text = "\n".join(t.output for t in report.tests if t.name.startswith(exercise_id + " "))
     assert f"**Diagnosis: {mistake}**" in text

@@ -13,8 +13,10 @@ from torch import nn
 
 from autograder.grade import grade_path
 from autograder.mistakes import submission_source
-from autograder.registry import by_chapter, by_id
+from autograder.registry import by_chapter
 from tfm_solution.positional_encoding import PositionalEncoding, positional_encoding, rotation_matrix
+
+from .notebook_answers import release_with, solution_answers
 
 CHAPTER = "02_positional_encoding"
 _ROOT = Path(__file__).resolve().parents[1]
@@ -152,25 +154,8 @@ def test_visible_rotation_tests_fail_on_known_mistakes(mutant):
 # --- the grader on the chapter's notebooks -------------------------------------------------------
 
 
-def _solution_answers() -> dict[str, str]:
-    ids = {e.solution_grade_id: e.id for e in by_chapter(CHAPTER)}
-    return {ids[c.metadata["nbgrader"]["grade_id"]]: "\n".join(
-            line for line in c.source.splitlines() if not line.strip().startswith(("### BEGIN SOLUTION",
-                                                                                   "### END SOLUTION")))
-            for c in nbformat.read(SOLUTION, as_version=4).cells
-            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids}
 
 
-def _release_with(folder: Path, answers: dict[str, str]) -> Path:
-    nb = nbformat.read(RELEASE, as_version=4)
-    by_grade_id = {by_id(i).solution_grade_id: source for i, source in answers.items()}
-    for cell in nb.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in by_grade_id:
-            cell.source = by_grade_id[grade_id]
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / RELEASE.name)
-    return folder / RELEASE.name
 
 
 @pytest.mark.slow
@@ -200,9 +185,9 @@ def _rounds() -> list[dict[str, str]]:
 @pytest.mark.parametrize("round_number", range(len(_rounds())))
 def test_each_declared_mistake_fails_its_exercise_with_its_diagnosis(tmp_path, round_number):
     wrong = _rounds()[round_number]
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers.update({i: submission_source(i, m) for i, m in wrong.items()})
-    report = grade_path(_release_with(tmp_path, answers), chapter="02")
+    report = grade_path(release_with(RELEASE, tmp_path, answers), chapter="02")
     for exercise in by_chapter(CHAPTER):
         score = report.exercise_score(exercise.id)
         if exercise.id not in wrong:

@@ -25,31 +25,15 @@ from autograder.registry import REGISTRY, by_id, by_chapter
 from autograder.results import ERROR_TEST, GRADESCOPE_SCHEMA
 from autograder.sandbox import REPO_ROOT
 
+from .notebook_answers import release_with, solution_answers
+
 SOLUTION = REPO_ROOT / "solutions" / "03_attention" / "attention.ipynb"
 RELEASE = REPO_ROOT / "chapters" / "03_attention" / "attention.ipynb"
 CLI = [sys.executable, "-m", "autograder"]
 
 
-def _release_with(folder: Path, answers: dict[str, str]) -> Path:
-    """The student notebook with some answer cells filled in (by exercise id)."""
-    nb = nbformat.read(RELEASE, as_version=4)
-    for cell in nb.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        for exercise_id, source in answers.items():
-            if grade_id == by_id(exercise_id).solution_grade_id:
-                cell.source = source
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / "attention.ipynb")
-    return folder / "attention.ipynb"
 
 
-def _solution_answers() -> dict[str, str]:
-    nb = nbformat.read(SOLUTION, as_version=4)
-    ids = {e.solution_grade_id: e.id for e in by_chapter("03_attention")}
-    return {ids[c.metadata["nbgrader"]["grade_id"]]: "\n".join(
-            line for line in c.source.splitlines() if not line.strip().startswith(("### BEGIN SOLUTION",
-                                                                                   "### END SOLUTION")))
-            for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids}
 
 
 def _released_points() -> float:
@@ -83,9 +67,9 @@ def test_untouched_stubs_score_zero():
 @pytest.mark.parametrize("exercise_id,mistake", [(e.id, m) for e in REGISTRY if e.chapter == "03_attention"
                                                  for m in e.mistakes])
 def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mistake):
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers[exercise_id] = submission_source(exercise_id, mistake)
-    report = grade_path(_release_with(tmp_path, answers), chapter="03")
+    report = grade_path(release_with(RELEASE, tmp_path, answers), chapter="03")
     exercise = by_id(exercise_id)
     assert report.exercise_score(exercise_id) < exercise.points
     text = "\n".join(t.output for t in report.tests if t.name.startswith(exercise_id + " "))
@@ -97,9 +81,9 @@ def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mi
 
 @pytest.mark.slow
 def test_hook_gives_the_grade_commands_points_and_nothing_on_stderr(tmp_path, monkeypatch, capsys):
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
-    path = _release_with(tmp_path / "nb", answers)
+    path = release_with(RELEASE, tmp_path / "nb", answers)
     expected = grade_path(path, only="ch03.attention").exercise_score("ch03.attention")
     assert 0 < expected < 6  # partial credit: only the fully masked row exposes it
     monkeypatch.chdir(path.parent)
@@ -129,10 +113,10 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
 
     nbgrader("generate_assignment", "03_attention", "--force")
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
     patch = nbformat.v4.new_code_cell("import autograder.hook\nautograder.hook.grade_in_notebook = lambda *a: 6.0")
-    path = _release_with(tmp_path / "submission", answers)
+    path = release_with(RELEASE, tmp_path / "submission", answers)
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(1, patch)
     nbformat.write(nb, path)
@@ -154,11 +138,11 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path):
 @pytest.mark.slow
 def test_batch_of_correct_buggy_and_hostile_submissions(tmp_path):
     folder = tmp_path / "submissions"
-    answers = _solution_answers()
-    _release_with(folder / "correct", answers)
-    _release_with(folder / "buggy", dict(answers, **{"ch03.softmax_saturation": submission_source(
+    answers = solution_answers(SOLUTION)
+    release_with(RELEASE, folder / "correct", answers)
+    release_with(RELEASE, folder / "buggy", dict(answers, **{"ch03.softmax_saturation": submission_source(
         "ch03.softmax_saturation", "ignores_scaled_flag")}))
-    _release_with(folder / "hostile", dict(answers, **{"ch03.attention": "import os\nos._exit(0)\n"}))
+    release_with(RELEASE, folder / "hostile", dict(answers, **{"ch03.attention": "import os\nos._exit(0)\n"}))
     (folder / "unreadable.ipynb").write_text("{oops")
     out = tmp_path / "grades.csv"
     run = subprocess.run([*CLI, "grade-batch", str(folder), "--out", str(out), "--chapter", "03",
@@ -257,9 +241,9 @@ def test_module_exercises_get_the_reference_weights(monkeypatch):
 
 @pytest.mark.slow
 def test_public_only_and_replay_with_the_recorded_seed(tmp_path):
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers["ch03.attention"] = submission_source("ch03.attention", "neg_inf_nan_rows")
-    path = _release_with(tmp_path, answers)
+    path = release_with(RELEASE, tmp_path, answers)
     public = grade_path(path, chapter="03", public_only=True)
     assert [t.name.split(" ")[1] for t in public.tests if t.max_score > 0] == ["public:", "public:"]
     first = grade_path(path, chapter="03")
@@ -280,9 +264,9 @@ def test_gradescope_package_grades_on_its_own(tmp_path):
     source, submission = tmp_path / "source", tmp_path / "submission"
     with zipfile.ZipFile(build("03", tmp_path / "gs.zip")) as archive:
         archive.extractall(source)
-    answers = _solution_answers()
+    answers = solution_answers(SOLUTION)
     answers["ch03.softmax_saturation"] = submission_source("ch03.softmax_saturation", "min_instead_of_max")
-    _release_with(submission, answers)
+    release_with(RELEASE, submission, answers)
     results = tmp_path / "results" / "results.json"
     env = dict(os.environ, PYTHONPATH=str(source))
     run = subprocess.run([*CLI, "grade", str(submission), "--chapter", "03", "--results", str(results)],
