@@ -63,7 +63,12 @@ def test_new_user_flow_train_translate_evaluate_copy(tmp_path, capsys, monkeypat
     assert lines[-1]["step"] == 150 and lines[-1]["val_loss"] < lines[0]["val_loss"]
 
     assert main(["translate", str(out), "4 5 6 7 8 9 10 4 5 6"]) == 0
-    greedy = capsys.readouterr().out.strip()
+    printed = capsys.readouterr()
+    greedy = printed.out.strip()
+    assert printed.err == ""
+    # Symbols outside the copy vocabulary (1-3 are special ids, 11 is past it) are named, not silently used.
+    assert main(["translate", str(out), "1 2 4 11"]) == 0
+    assert "sentence 1 has words the model's vocabulary lacks, read as <unk>: '1', '2', '11'" in capsys.readouterr().err
     assert re.fullmatch(r"(\d+ ?)+", greedy)  # ids of the copy vocabulary
     for extra in (["--strategy", "beam", "--beam-size", "3"], ["--no-cache"]):
         assert main(["translate", str(out), "4 5 6 7 8 9 10 4 5 6", *extra]) == 0

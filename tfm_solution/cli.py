@@ -89,6 +89,11 @@ def _translate(args: argparse.Namespace) -> None:
 
     model, _, tokenizers, _ = load_checkpoint(args.checkpoint, select_device(args.device))
     texts = args.sentences or [line.strip() for line in sys.stdin if line.strip()]
+    for number, text in enumerate(texts, 1):
+        unknown = tokenizers.unknown_words(text)
+        if unknown:
+            print(f"warning: sentence {number} has words the model's vocabulary lacks, read as <unk>: "
+                  f"{', '.join(repr(w) for w in unknown)}", file=sys.stderr)
     for line in decode_texts(model, tokenizers, texts, args.strategy, not args.no_cache, args.beam_size,
                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed):
         print(line)

@@ -191,6 +191,11 @@ class TokenizerPair:
     def encode_src(self, text: str) -> list[int]:
         return self.src.encode(text).ids + [EOS]
 
+    def unknown_words(self, text: str) -> list[str]:
+        """The pieces of ``text`` the source tokenizer maps to ``<unk>`` (the model never saw them)."""
+        encoding = self.src.encode(text)
+        return [text[start:end] for i, (start, end) in zip(encoding.ids, encoding.offsets) if i == UNK]
+
     def decode_tgt(self, ids: Sequence[int]) -> str:
         """Text of target ids, stopping at ``</s>`` and dropping the other specials."""
         ids = list(ids)
