@@ -1,5 +1,5 @@
-"""Chapter 2: the notebook's visible tests catch the mistakes the chapter names, and the grader
-scores the solution notebook 10/10, the untouched student notebook 0, and names each declared mistake."""
+"""Chapter 2: the notebook's visible tests catch the mistakes the chapter names (the grader's
+verdicts on every chapter's notebooks are in ``test_grader_submissions.py``)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from autograder.grade import grade_path
-from autograder.mistakes import submission_source
-from autograder.registry import by_chapter
 from tfm_solution.positional_encoding import PositionalEncoding, positional_encoding, rotation_matrix
 
-from .notebook_answers import release_with, solution_answers
 
 CHAPTER = "02_positional_encoding"
 _ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = _ROOT / "solutions" / CHAPTER / "positional_encoding.ipynb"
-RELEASE = _ROOT / "chapters" / CHAPTER / "positional_encoding.ipynb"
 
 
 # --- the visible tests of the notebook, run on the reference and on wrong answers ---------------
@@ -149,50 +144,3 @@ def test_visible_rotation_tests_pass_on_the_reference_and_an_independent_build()
 def test_visible_rotation_tests_fail_on_known_mistakes(mutant):
     with pytest.raises(AssertionError):
         _run_visible("ch02-rotation-matrix", {"rotation_matrix": ROTATION_MUTANTS[mutant]})
-
-
-# --- the grader on the chapter's notebooks -------------------------------------------------------
-
-
-
-
-
-
-@pytest.mark.slow
-def test_solution_notebook_scores_full_marks_and_the_stub_zero():
-    exercises = by_chapter(CHAPTER)
-    assert [e.points for e in exercises] == [4, 3, 3]
-    report = grade_path(SOLUTION, chapter="02")
-    assert report.score == report.max_score == 10, [t.output for t in report.tests if t.score < t.max_score]
-    stub = grade_path(RELEASE, chapter="02")
-    assert stub.score == 0 and stub.max_score == 10
-    assert all("not implemented" in t.output for t in stub.tests if t.max_score > 0)
-
-
-def _rounds() -> list[dict[str, str]]:
-    """Round r submits the r-th declared mistake of every exercise that has one, the solution elsewhere.
-
-    Exercises are graded independently (own worker, prerequisites from the reference), so
-    grouping them keeps the number of grading runs at the longest list of mistakes; the later
-    rounds, where one exercise alone is wrong, also show the others keep full marks.
-    """
-    exercises = by_chapter(CHAPTER)
-    return [{e.id: e.mistakes[r] for e in exercises if r < len(e.mistakes)}
-            for r in range(max(len(e.mistakes) for e in exercises))]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("round_number", range(len(_rounds())))
-def test_each_declared_mistake_fails_its_exercise_with_its_diagnosis(tmp_path, round_number):
-    wrong = _rounds()[round_number]
-    answers = solution_answers(SOLUTION)
-    answers.update({i: submission_source(i, m) for i, m in wrong.items()})
-    report = grade_path(release_with(RELEASE, tmp_path, answers), chapter="02")
-    for exercise in by_chapter(CHAPTER):
-        score = report.exercise_score(exercise.id)
-        if exercise.id not in wrong:
-            assert score == exercise.points
-            continue
-        assert score < exercise.points, f"{exercise.id}: {wrong[exercise.id]} was not caught"
-        text = "\n".join(t.output for t in report.tests if t.name.startswith(exercise.id + " "))
-        assert f"**Diagnosis: {wrong[exercise.id]}**" in text
