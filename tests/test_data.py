@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tfm_solution import data
-from tfm_solution.data import (BOS, EOS, PAD, DataUnavailableError, TokenizerPair, collate, copy_examples,
+from tfm_solution.data import (BOS, EOS, PAD, UNK, DataUnavailableError, TokenizerPair, collate, copy_examples,
                                copy_tokenizer, load_multi30k, multi30k_dir, pad_batch, token_batches,
                                train_tokenizer)
 
@@ -152,7 +152,10 @@ def test_tokenizer_learns_from_training_split_only_and_round_trips():
     assert pair.decode_tgt(ids + [EOS, 7]) == "the cat"
     shared = TokenizerPair.train(train, vocab_size=60, shared=True)
     assert shared.src is shared.tgt
-    assert train_tokenizer(["a b"], 30).token_to_id("<pad>") == PAD
+    tok = train_tokenizer(["a b"], 30)
+    # the notes' numbering, so their defaults (Batch(..., pad=2), start symbol 0) are right
+    assert [tok.token_to_id(t) for t in ("<s>", "</s>", "<blank>", "<unk>")] == [0, 1, 2, 3]
+    assert (BOS, EOS, PAD, UNK) == (0, 1, 2, 3)
 
 
 def test_tokenizers_save_and_load(tmp_path):

@@ -1,8 +1,8 @@
 """Chapter 9 — data (数据): the copy task, Multi30k German→English, subword tokenizers and
 batches by approximate length under a token budget (as the paper batches).
 
-Special ids are the same everywhere: ``<pad>`` 0, ``<s>`` 1 (the start symbol, never the pad
-id), ``</s>`` 2, ``<unk>`` 3.
+Special ids are the notes' everywhere: ``<s>`` 0 (the start symbol, never the pad id), ``</s>`` 1,
+``<blank>`` 2 (padding, the default of ``Batch(src, tgt=None, pad=2)``), ``<unk>`` 3.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from .masks import Batch
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+BOS, EOS, PAD, UNK = 0, 1, 2, 3
+SPECIALS = ["<s>", "</s>", "<blank>", "<unk>"]
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 MULTI30K_ENV = "MULTI30K_DIR"
@@ -264,7 +264,7 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad: int = PAD) -> torch.Tensor:
 
 
 def collate(examples: Sequence[Example], indices: Sequence[int]) -> Batch:
-    """A training ``Batch`` (padded with ``<pad>``) of the chosen examples."""
+    """A training ``Batch`` (padded with ``<blank>``) of the chosen examples."""
     return Batch(pad_batch([examples[i][0] for i in indices]), pad_batch([examples[i][1] for i in indices]), pad=PAD)
 
 
