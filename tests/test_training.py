@@ -12,7 +12,8 @@ from tfm_solution import make_model, masks, schedule
 from tfm_solution.checkpoint import load_checkpoint, load_optimizer, save_checkpoint
 from tfm_solution.data import PAD, TokenizerPair, collate, copy_examples, copy_tokenizer
 from tfm_solution.training import (Batch, LabelSmoothing, SimpleLossCompute, TrainState, autocast,
-                                   distributed_context, make_optimizer, rate, run_epoch, select_device)
+                                   distributed_context, make_optimizer, rate, run_epoch, select_device,
+                                   train_with_accumulation)
 
 
 def notes_label_smoothing(x, target, size, padding_idx, smoothing):
@@ -84,36 +85,71 @@ def small_model():
     return make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, dropout=0.0)
 
 
-@pytest.mark.fast
-def test_accumulated_gradients_equal_one_large_batch():
-    micro = copy_batches(4, 3)
-    big = Batch(torch.cat([b.src for b in micro]), torch.cat([torch.cat([b.tgt, b.tgt_y[:, -1:]], 1) for b in micro]),
-                pad=PAD)
-    model_a = small_model()
-    model_b = copy.deepcopy(model_a)
-    grads = {}
+def ragged_examples(lengths, seed=0):
+    """Copy-task examples of the given lengths (so micro-batches hold unequal numbers of tokens)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [copy_examples(1, n, 11, gen)[0] for n in lengths]
 
-    class Capture(torch.optim.SGD):  # record the gradient the optimizer steps with
+
+def stepped_gradients(model, data, accum):
+    """The gradients each optimizer step of ``run_epoch`` used, and the final state."""
+    grads = []
+
+    class Capture(torch.optim.SGD):
         def step(self, closure=None):
-            grads.setdefault(id(self), []).append([p.grad.clone() for p in self.param_groups[0]["params"]])
+            grads.append([p.grad.clone() for p in self.param_groups[0]["params"]])
             return super().step(closure)
 
-    results = []
-    for model, data, accum in [(model_a, micro, 4), (model_b, [big], 1)]:
-        opt = Capture(model.parameters(), lr=0.1)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        crit = LabelSmoothing(11, PAD, 0.1)
-        _, state = run_epoch(data, model, SimpleLossCompute(model.generator, crit), opt, sched, "train", accum)
-        results.append((grads[id(opt)], state, sched.last_epoch))
-    (ga, state_a, sched_a), (gb, state_b, sched_b) = results
-    assert len(ga) == len(gb) == 1  # one optimizer step each
-    for a, b in zip(ga[0], gb[0]):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
-    assert (state_a.step, state_a.accum_step, sched_a) == (4, 1, 1)
-    assert (state_b.step, state_b.accum_step, sched_b) == (1, 1, 1)
-    assert state_a.tokens == state_b.tokens == 4 * 3 * 7
+    opt = Capture(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    _, state = run_epoch(data, model, SimpleLossCompute(model.generator, LabelSmoothing(11, PAD, 0.1)), opt, sched,
+                         "train", accum)
+    return grads, state, sched.last_epoch
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("groups", [
+    [[[2], [5, 5, 3, 5]]],  # the issue's shape: 4 and 22 target tokens in one step
+    [[[1, 1, 2], [6]], [[4]]],  # a final partial group normalised by its own tokens
+    [[[3, 3], [3, 3]]],  # equal micro-batches (the notes' division by accum_iter agrees here)
+])
+def test_accumulated_gradients_equal_the_merged_batch(groups):
+    """k micro-batches of unequal size give exactly the gradient of one batch holding all their tokens."""
+    accum = len(groups[0])
+    examples = [ragged_examples(sizes, seed=i) for i, group in enumerate(groups) for sizes in group]
+    micro = [collate(ex, range(len(ex))) for ex in examples]
+    merged, at = [], 0
+    for group in groups:
+        joined = [e for ex in examples[at: at + len(group)] for e in ex]
+        merged.append(collate(joined, range(len(joined))))
+        at += len(group)
+    assert len({int(b.ntokens) for b in micro}) > 1 or groups[0] == [[3, 3], [3, 3]]
+    model_a = small_model()
+    model_b = copy.deepcopy(model_a)
+    ga, state_a, sched_a = stepped_gradients(model_a, micro, accum)
+    gb, state_b, sched_b = stepped_gradients(model_b, merged, 1)
+    assert len(ga) == len(gb) == len(groups) == sched_a == sched_b == state_a.accum_step
+    for step_a, step_b in zip(ga, gb):
+        for a, b in zip(step_a, step_b):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert state_a.step == len(micro) and state_a.tokens == state_b.tokens
     for pa, pb in zip(model_a.parameters(), model_b.parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.fast
+def test_train_with_accumulation_counts_steps_and_matches_run_epoch():
+    micro = copy_batches(5, 2)
+    model_a = small_model()
+    model_b = copy.deepcopy(model_a)
+    opt_a, sched_a = make_optimizer(model_a, 16, 1.0, 10)
+    opt_b, sched_b = make_optimizer(model_b, 16, 1.0, 10)
+    crit = LabelSmoothing(11, PAD, 0.1)
+    assert train_with_accumulation(model_a, micro, SimpleLossCompute(model_a.generator, crit), opt_a, sched_a, 2) == 3
+    run_epoch(micro, model_b, SimpleLossCompute(model_b.generator, crit), opt_b, sched_b, "train", 2)
+    assert sched_a.last_epoch == sched_b.last_epoch == 3
+    for pa, pb in zip(model_a.parameters(), model_b.parameters()):
+        assert torch.equal(pa, pb)
 
 
 @pytest.mark.fast

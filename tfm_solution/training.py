@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,8 +20,9 @@ from .masks import Batch
 from .schedule import rate
 
 __all__ = [
-    "Batch", "LabelSmoothing", "SimpleLossCompute", "TrainState", "autocast", "distributed_context",
-    "make_optimizer", "rate", "run_epoch", "select_device",
+    "Batch", "LabelSmoothing", "SimpleLossCompute", "TrainState", "accumulated_step", "accumulation_groups",
+    "autocast", "distributed_context", "make_optimizer", "rate", "run_epoch", "select_device",
+    "train_with_accumulation",
 ]
 
 
@@ -116,10 +117,92 @@ def make_optimizer(model: nn.Module, d_model: int, factor: float = 1.0, warmup: 
     return optimizer, scheduler
 
 
+def accumulation_groups(batches: Iterable[Batch], accum_iter: int) -> Iterator[list[Batch]]:
+    """Consecutive groups of ``accum_iter`` micro-batches; the last group may be shorter."""
+    if accum_iter < 1:
+        raise ValueError(f"accum_iter must be >= 1, got {accum_iter}")
+    group: list[Batch] = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == accum_iter:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _global_tokens(ntokens: int, device: torch.device) -> int:
+    """Target tokens of this optimizer step summed over every DDP rank (just ``ntokens`` alone)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return ntokens
+    total = torch.tensor([ntokens], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return int(total.item())
+
+
+def accumulated_step(
+    model: nn.Module,
+    group: Sequence[Batch],
+    loss_compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    scheduler: LambdaLR,
+    device: torch.device | None = None,
+) -> tuple[float, int]:
+    """One optimizer step over the micro-batches of ``group``; returns (summed token loss, tokens).
+
+    Each micro-batch's summed token loss is divided by the *group's* total of target tokens
+    (over every rank under DDP, whose gradient average is undone by the world size), so the
+    accumulated gradient equals that of one merged batch: every token weighs the same, however
+    the tokens are split into micro-batches. Then the optimizer steps, the gradients are cleared
+    and the scheduler steps, once.
+    """
+    device = device or next(model.parameters()).device
+    group = [batch.to(device) for batch in group]
+    tokens = sum(int(batch.ntokens) for batch in group)
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    norm = max(_global_tokens(tokens, device), 1) / world
+    loss_sum = 0.0
+    for i, batch in enumerate(group):
+        # DDP: synchronise gradients once, on the group's last backward
+        sync = contextlib.nullcontext() if i == len(group) - 1 or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with autocast(device):
+                out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+                loss, loss_node = loss_compute(out, batch.tgt_y, norm)
+            loss_node.backward()
+        loss_sum += float(loss)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    return loss_sum, tokens
+
+
+def train_with_accumulation(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    loss_compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    scheduler: LambdaLR,
+    accum_iter: int,
+) -> int:
+    """Train on ``batches`` with one optimizer step per ``accum_iter`` micro-batches (and one for
+    a final shorter group); returns the number of optimizer steps.
+
+    Each step's gradient is the merged batch's: the group's token losses summed and divided by
+    the group's total target tokens (``accumulated_step``).
+    """
+    model.train()
+    steps = 0
+    for group in accumulation_groups(batches, accum_iter):
+        accumulated_step(model, group, loss_compute, optimizer, scheduler)
+        steps += 1
+    return steps
+
+
 def run_epoch(
     data_iter: Iterable[Batch],
     model: nn.Module,
-    loss_compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    loss_compute: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | float], tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: LambdaLR | None = None,
     mode: str = "train",
@@ -130,49 +213,36 @@ def run_epoch(
 ) -> tuple[float, TrainState]:
     """One pass over ``data_iter``; returns (loss per target token, the updated state).
 
-    ``mode="train"``: each micro-batch's loss is divided by ``accum_iter`` before ``backward``;
-    the optimizer and the scheduler step once per ``accum_iter`` micro-batches (and once more for
-    a final partial group), so the update equals that of one batch ``accum_iter`` times larger.
-    ``mode="eval"``: no gradients. ``on_step(state, loss)`` runs after each optimizer step and
-    may return True to stop early.
+    ``mode="train"``: one optimizer step (and one scheduler step) per group of ``accum_iter``
+    micro-batches, the last group possibly shorter, each with the gradient of the merged group
+    (``accumulated_step``). ``mode="eval"``: no gradients. ``on_step(state, loss per token)``
+    runs after each optimizer step and may return True to stop early.
     """
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
-    if accum_iter < 1:
-        raise ValueError(f"accum_iter must be >= 1, got {accum_iter}")
-    train = mode == "train"
     state = train_state if train_state is not None else TrainState()
     device = device or next(model.parameters()).device
-    total_loss, total_tokens, pending = 0.0, 0, 0
-
-    def optimizer_step(loss: float) -> bool:
-        nonlocal pending
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
+    total_loss, total_tokens = 0.0, 0
+    if mode == "eval":
+        with torch.no_grad():
+            for batch in data_iter:
+                batch = batch.to(device)
+                with autocast(device):
+                    out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+                    loss, _ = loss_compute(out, batch.tgt_y, batch.ntokens)
+                total_loss += float(loss)
+                total_tokens += int(batch.ntokens)
+        return total_loss / max(total_tokens, 1), state
+    for group in accumulation_groups(data_iter, accum_iter):
+        loss, tokens = accumulated_step(model, group, loss_compute, optimizer, scheduler, device)
+        total_loss += loss
+        total_tokens += tokens
+        state.step += len(group)
         state.accum_step += 1
-        pending = 0
-        return bool(on_step and on_step(state, loss))
-
-    with torch.set_grad_enabled(train):
-        for batch in data_iter:
-            batch = batch.to(device)
-            with autocast(device):
-                out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-                loss, loss_node = loss_compute(out, batch.tgt_y, batch.ntokens)
-            total_loss += float(loss)
-            total_tokens += int(batch.ntokens)
-            if not train:
-                continue
-            (loss_node / accum_iter).backward()
-            state.step += 1
-            state.samples += batch.src.size(0)
-            state.tokens += int(batch.ntokens)
-            pending += 1
-            if pending == accum_iter and optimizer_step(float(loss_node.detach())):
-                break
-        if train and pending:
-            optimizer_step(float(loss_node.detach()))
+        state.samples += sum(batch.src.size(0) for batch in group)
+        state.tokens += tokens
+        if on_step and on_step(state, loss / max(tokens, 1)):
+            break
     return total_loss / max(total_tokens, 1), state
 
 
