@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from autograder.results import ERROR_NOTE, TestResult
+
 
 @dataclass(frozen=True)
 class GradedCase:
@@ -53,8 +55,6 @@ class _Plugin:
 
 def run_checks(runs: list) -> None:
     """Run every case of ``runs`` as pytest tests; scores follow pytest's verdicts."""
-    from autograder.grade import ERROR_NOTE, TestResult
-
     cases = [GradedCase(run, number) for run in runs for number in range(len(run.cases))]
     if not cases:
         return

@@ -16,61 +16,22 @@ import importlib
 import inspect
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from autograder import worker as wire
-from autograder.cases import CASES, RETURN_NAMES, Case
+from autograder.cases import graded_cases
 from autograder.checks import run_checks
 from autograder.compare import close, compare
+from autograder.exercises.shared import Case
 from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
-from autograder.mistakes import MISTAKES, mistake_function
+from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
+from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths, isolation
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
-
-
-@dataclass
-class TestResult:
-    """One line of the results: Gradescope's test fields."""
-
-    __test__ = False  # not a pytest class, despite the name
-    name: str
-    score: float
-    max_score: float
-    output: str
-    visibility: str = "visible"
-    passed: bool | None = None  # for 0-point lines (policy, performance); else score decides
-
-    @property
-    def status(self) -> str:
-        ok = self.score >= self.max_score if self.passed is None else self.passed
-        return "passed" if ok else "failed"
-
-
-@dataclass
-class Report:
-    """Everything a grading run found: per-test results plus run-level facts."""
-
-    tests: list[TestResult] = field(default_factory=list)
-    seeds: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    execution_time: float = 0.0
-    sandbox: str = ""
-
-    @property
-    def score(self) -> float:
-        return round(sum(t.score for t in self.tests), 4)
-
-    @property
-    def max_score(self) -> float:
-        return round(sum(t.max_score for t in self.tests), 4)
-
-    def exercise_score(self, exercise_id: str) -> float:
-        return round(sum(t.score for t in self.tests if t.name.startswith(exercise_id + " ")), 4)
 
 
 def resolve(target: str):
@@ -168,15 +129,15 @@ def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = Non
               error: str | None = None) -> list[str]:
     """Declared mistakes that give the submission's output on this case, or raise its ``error``."""
     found = []
-    for name in exercise.mistakes:
+    for name, mistake in exercise.mistakes.items():
         try:
-            wrong = _expected(mistake_function(exercise.id, name, exercise.name), case, state)
+            wrong = _expected(compiled(mistake, exercise.name), case, state)
         except Exception as exc:  # noqa: BLE001 - a mistake may fail on these inputs: then its error is its output
             matches = error is not None and error_text(exc) == error
         else:
             matches = error is None and (close(got, wrong, case.rtol, case.atol) or _same_nan_pattern(got, wrong))
         if matches:
-            found.append(f"**Diagnosis: {name}**: {MISTAKES[exercise.id][name].message}.")
+            found.append(f"**Diagnosis: {name}**: {mistake.message}.")
     return found
 
 
@@ -225,7 +186,7 @@ class ExerciseRun:
         self.exercise, self.hide = exercise, hide
         self.extraction = extract(nb, exercise)
         self.seed = default_seed(exercise, self.extraction) if seed is None else seed
-        all_cases = CASES[exercise.id](self.seed)
+        all_cases = graded_cases(exercise, self.seed)
         self.weight = exercise.points / len(all_cases)
         self.cases = [c for c in all_cases if c.public] if public_only else all_cases
         self.notes = list(self.extraction.notes)
@@ -344,9 +305,6 @@ class _NotDefined(Exception):
     pass
 
 
-ERROR_NOTE = "autograder error (not your fault)"
-
-
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
            out: list[bytes], state: dict | None = None) -> TestResult:
     """Score one case from the worker's reply (plain data) against the live reference."""
@@ -368,7 +326,7 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
     expected = _expected(reference, case, state)
-    verdict = compare(got, expected, case.rtol, case.atol, names=case.attributes or RETURN_NAMES.get(exercise.id, ()))
+    verdict = compare(got, expected, case.rtol, case.atol, names=case.attributes or exercise.return_names)
     if verdict.ok:
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
     diagnosis = _diagnose(exercise, case, got, state)

@@ -20,7 +20,6 @@ from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unre
                                 read_submission)
 from autograder.grade import (Report, TestResult, _diagnose, _expected, _judge, _provided, _reference_state,
                               default_seed, error_text, resolve)
-from autograder.mistakes import MISTAKES
 from autograder.registry import REGISTRY, Exercise, by_id
 from autograder.results import GRADESCOPE_SCHEMA, error_results, to_gradescope
 from tests.grader_fixtures import ATTENTION, notebook
@@ -176,10 +175,15 @@ def test_zip_bombs_and_floods_are_refused_before_reading(tmp_path):
         read_submission(many)
 
 
-def test_every_exercise_has_cases_and_every_declared_mistake_is_catalogued():
+def test_registry_collects_one_module_per_chapter_in_order():
+    from autograder.registry import chapter_modules
+
+    modules = chapter_modules()
+    assert modules == sorted(modules) and len(modules) == len({m[:4] for m in modules}) >= 4
+    assert [e.chapter[:2] for e in REGISTRY] == sorted(e.chapter[:2] for e in REGISTRY)
+    assert {f"ch{e.chapter[:2]}_{e.chapter[3:]}" for e in REGISTRY} == set(modules)
     for exercise in REGISTRY:
-        assert exercise.id in CASES
-        assert set(MISTAKES.get(exercise.id, {})) == set(exercise.mistakes)
+        assert exercise.id in CASES and exercise.cases(0)
         assert resolve(exercise.reference) is not None
 
 
@@ -244,7 +248,7 @@ def test_hidden_feedback_shows_no_inputs_but_public_feedback_does():
 def test_prerequisites_travel_as_source_and_never_the_exercise_itself():
     ex = Exercise(id="chXX.mha", chapter="xx", notebook="x.ipynb", name="MultiHeadedAttention", kind="module",
                   signature="", points=1, solution_grade_id="a", test_grade_id="b",
-                  reference="tfm_solution.multihead:MultiHeadedAttention",
+                  reference="tfm_solution.multihead:MultiHeadedAttention", cases=lambda seed: [],
                   prerequisites=("tfm_solution.attention:attention", "tfm_solution.cloning:clones"))
     source, names, modules = _provided(ex)
     assert names == ["attention", "clones"] and "def attention(" in source and "def clones(" in source

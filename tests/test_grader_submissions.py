@@ -200,27 +200,21 @@ def test_grader_failure_still_writes_visible_results(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.slow
-def test_module_exercises_get_the_reference_weights(monkeypatch):
+def test_module_exercises_get_the_reference_weights():
     """An ``nn.Module`` exercise: any initialisation scores full marks (the reference's weights
     are loaded into the student's module); a missing ReLU fails and is named."""
     import torch
 
-    from autograder import cases, mistakes
-    from autograder.extract import parse_notebook
     from autograder.checks import run_checks
+    from autograder.exercises.shared import Case, Exercise, Mistake
+    from autograder.extract import parse_notebook
     from autograder.grade import ExerciseRun, Report
-    from autograder.registry import Exercise
     from autograder.sandbox import Limits
-
-    exercise = Exercise(id="ch06.ffn", chapter="06_ffn", notebook="ffn.ipynb", name="PositionwiseFeedForward",
-                        kind="module", signature="", points=2, solution_grade_id="ch06-ffn",
-                        test_grade_id="ch06-ffn-tests", reference="tfm_solution.feed_forward:PositionwiseFeedForward",
-                        mistakes=("no_relu",))
 
     def ffn_cases(seed):
         gen = torch.Generator().manual_seed(seed)
-        return [cases.Case(f"d_model {d}", "output of the module in eval mode", False,
-                           (torch.randn(2, 3, d, generator=gen),), construct=(d, 2 * d, 0.5)) for d in (4, 8)]
+        return [Case(f"d_model {d}", "output of the module in eval mode", False,
+                     (torch.randn(2, 3, d, generator=gen),), construct=(d, 2 * d, 0.5)) for d in (4, 8)]
 
     student = ("import torch\nfrom torch import nn\nclass PositionwiseFeedForward(nn.Module):\n"
                "    def __init__(self, d_model, d_ff, dropout=0.1):\n        super().__init__()\n"
@@ -228,8 +222,10 @@ def test_module_exercises_get_the_reference_weights(monkeypatch):
                "        nn.init.constant_(self.w_1.weight, 3.0)\n        self.dropout = nn.Dropout(dropout)\n"
                "    def forward(self, x):\n        return self.w_2(self.dropout({hidden}))\n")
     wrong = student.format(hidden="self.w_1(x)")
-    monkeypatch.setitem(cases.CASES, exercise.id, ffn_cases)
-    monkeypatch.setitem(mistakes.MISTAKES, exercise.id, {"no_relu": mistakes.Mistake("the ReLU is missing", wrong)})
+    exercise = Exercise(id="ch06.ffn", chapter="06_ffn", notebook="ffn.ipynb", name="PositionwiseFeedForward",
+                        kind="module", signature="", points=2, solution_grade_id="ch06-ffn",
+                        test_grade_id="ch06-ffn-tests", reference="tfm_solution.feed_forward:PositionwiseFeedForward",
+                        cases=ffn_cases, mistakes={"no_relu": Mistake("the ReLU is missing", wrong)})
     for source, points in ((student.format(hidden="self.w_1(x).relu()"), 2.0), (wrong, 0.0)):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
         report = Report()

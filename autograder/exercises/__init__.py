@@ -1,0 +1,42 @@
+"""One grading module per chapter; the registry finds them (``autograder.registry``).
+
+How to add chapter NN's grading
+-------------------------------
+Create ``autograder/exercises/chNN_slug.py`` (``NN`` two digits, ``slug`` = the chapter folder's
+slug, e.g. ``ch05_multihead_attention.py`` for ``05_multihead_attention``). Nothing else of the
+grader changes: ``autograder.registry`` imports every ``chNN_*`` module of this folder in chapter
+order and collects its ``EXERCISES``. Import only from ``autograder.exercises.shared``.
+
+The module defines:
+
+``EXERCISES``
+    A tuple of ``Exercise(...)``, in the order the notebook asks them (keyword arguments; see
+    ``shared.Exercise`` for every field). ``id`` is ``"chNN.name"``, ``chapter`` the folder
+    name, ``name`` the top-level name the student defines, ``kind`` ``"function"``,
+    ``"module"`` (an ``nn.Module``) or ``"class"``; ``solution_grade_id``/``test_grade_id`` are
+    the nbgrader ids of the answer cell and of the graded cell (``make chapters`` writes the
+    graded cell from the entry). ``reference`` is ``"tfm_solution.module:Name"``.
+    ``prerequisites`` lists reference objects the answer may call (injected, so an earlier
+    bug costs once).
+
+case builders, one per exercise: ``def name_cases(seed: int) -> list[Case]``
+    Passed as ``Exercise(cases=name_cases)``. Start with ``pub, gen = generators(seed)``: draw
+    the public case's inputs from ``pub`` (fixed, may be shown to the student) and every
+    hidden input from ``gen`` (fresh per submission), with ``randn``, ``dim`` and ``even``.
+    One ``Case(title, checks, public, args, kwargs, rtol=, atol=)`` per graded call; ``checks``
+    says in words what the case checks (students read it; never reveal inputs of hidden
+    cases). For a module exercise, ``construct=(...)`` holds the constructor arguments: the
+    student's module is built with them and given the reference's weights. For a plain class,
+    ``attributes=(...)`` names the instance attributes compared.
+
+declared mistakes: ``Exercise(mistakes={"snake_name": Mistake(message, source), ...})``
+    Each is a wrong answer a student would write: ``source`` is a whole answer cell
+    (``math`` and ``torch`` are imported for it) defining ``name``; ``message`` is what the
+    student is told when their output matches it ("the scores are not divided by sqrt(d_k)").
+    ``variants(TEMPLATE, slot=right, ...)`` makes the sources of several mistakes that differ
+    from a right answer in one slot each. Every declared mistake must lose points on its own
+    exercise only; the registry-driven tests check that for every chapter, with no edit.
+
+Write the chapter's tests (visible tests vs the mistakes, if any) in ``tests/``; the
+grader's own tests iterate over ``REGISTRY`` and cover the new module by themselves.
+"""

@@ -1,0 +1,133 @@
+"""What every chapter's grading module builds on: the ``Exercise``, ``Case`` and ``Mistake``
+types, random shapes drawn from a seed, and source templates for declared mistakes.
+
+A chapter module imports from here only; the registry and the harness import the chapter
+modules. Nothing here imports the rest of the grader, so there is no import circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+PUBLIC_SEED = 0
+"""Seed of the public cases: their inputs are the same for everyone and may be shown."""
+
+
+@dataclass
+class Case:
+    """One graded call: ``fn(*args, **kwargs)`` in the worker vs the reference in the harness.
+
+    ``args``/``kwargs`` hold tensors, numbers, ``None`` and module stand-ins
+    (``{"module": "scale", "factor": f}``, a dropout that multiplies by ``f``). For an
+    ``nn.Module`` exercise, ``construct`` holds the constructor's arguments: the student's
+    module is built with them, gets the reference's weights, and is called in eval mode.
+    For a plain class exercise, ``attributes`` names the instance attributes that are
+    compared: the instance never crosses, the tuple of those attributes does.
+    """
+
+    title: str
+    checks: str
+    public: bool
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    construct: tuple | None = None
+    attributes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A named wrong answer: what to tell the student, and code that makes the mistake.
+
+    ``source`` is a complete answer cell as a student would write it (``math`` and
+    ``torch`` are imported for it); it defines the exercise's name.
+    """
+
+    message: str
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exercise:
+    """One graded exercise.
+
+    Attributes:
+        id: stable identifier, ``"chNN.name"``.
+        chapter: the chapter folder under ``solutions/`` and ``chapters/`` (= nbgrader assignment).
+        notebook: the notebook file inside that folder.
+        name: the top-level name the student defines (function or class).
+        kind: ``"function"``, ``"module"`` (an ``nn.Module`` subclass) or ``"class"`` (a plain
+            class whose instance attributes are graded, see ``Case.attributes``).
+        signature: as shown to the student.
+        points: the exercise's weight.
+        solution_grade_id: nbgrader ``grade_id`` of the cell holding the answer.
+        test_grade_id: nbgrader ``grade_id`` of the graded (hidden) test cell.
+        reference: ``"module:attr"`` of the reference implementation in ``tfm_solution``.
+        cases: ``(seed) -> list[Case]``, the exercise's graded cases (public ones on ``PUBLIC_SEED``).
+        prerequisites: names the exercise may use, injected from ``tfm_solution`` when grading.
+        time_budget_s: wall seconds one graded call may take before it is reported as too slow
+            (reported apart, never counted as wrong; a call is killed only at the worker's timeout).
+        memory_budget_mb: address-space limit of the grading worker.
+        mistakes: the declared mistakes, by name, that the grader names when an output matches one.
+        banned: library shortcuts reported by the policy check for this exercise.
+        return_names: what the items of a returned tuple are called in the feedback.
+    """
+
+    id: str
+    chapter: str
+    notebook: str
+    name: str
+    kind: Literal["function", "module", "class"]
+    signature: str
+    points: int
+    solution_grade_id: str
+    test_grade_id: str
+    reference: str
+    cases: Callable[[int], list[Case]]
+    prerequisites: tuple[str, ...] = ()
+    time_budget_s: float = 10.0
+    memory_budget_mb: int = 2048
+    mistakes: Mapping[str, Mistake] = field(default_factory=dict, hash=False)
+    banned: tuple[str, ...] = ()
+    return_names: tuple[str, ...] = ()
+
+
+def generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
+    """``(public, hidden)``: a generator on ``PUBLIC_SEED`` for public inputs, one on ``seed`` for hidden ones."""
+    return torch.Generator().manual_seed(PUBLIC_SEED), torch.Generator().manual_seed(seed)
+
+
+def randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> torch.Tensor:
+    """Standard normal values of ``shape`` times ``scale``."""
+    return torch.randn(*shape, generator=gen, dtype=dtype) * scale
+
+
+def dim(gen: torch.Generator, low: int, high: int) -> int:
+    """A size drawn uniformly from ``low .. high`` (both included)."""
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+
+def even(gen: torch.Generator, low: int, high: int) -> int:
+    """An even size from ``low .. high`` (a ``d_model`` made of sin/cos pairs)."""
+    return 2 * dim(gen, low // 2, high // 2)
+
+
+def variants(template: str, **correct: str) -> Callable[..., str]:
+    """A maker of answer sources: ``template`` filled with ``correct``, some slots replaced.
+
+    ``make = variants(TEMPLATE, scale="...")`` then ``make(scale="wrong")`` is the source of a
+    declared mistake that differs from a right answer in that slot only.
+    """
+
+    def make(**change: str) -> str:
+        unknown = set(change) - set(correct)
+        if unknown:
+            raise KeyError(f"no slot {sorted(unknown)} in this template")
+        return template.format(**{**correct, **change})
+
+    return make
