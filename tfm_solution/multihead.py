@@ -36,6 +36,32 @@ def sdpa_attention(
     return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
 
 
+def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
+    """Cut the last axis into ``h`` heads and move the head axis in front of the positions.
+
+    Head ``i`` gets the contiguous block of features ``i * d_k : (i + 1) * d_k``, with
+    ``d_k = d_model / h``. ``view`` regroups the features of each position (it needs no copy);
+    ``transpose(1, 2)`` then puts the heads before the positions, so that one batched matmul
+    computes every head's attention.
+
+    Shapes: ``(batch, len, d_model) -> (batch, h, len, d_k)``, a view of ``x`` (no copy).
+    """
+    if x.size(-1) % h:
+        raise ValueError(f"d_model={x.size(-1)} is not divisible by h={h}")
+    return x.view(x.size(0), -1, h, x.size(-1) // h).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Undo ``split_heads``: put the positions back in front and concatenate the heads in order.
+
+    After ``transpose(1, 2)`` the tensor is no longer laid out row by row in memory, and ``view``
+    refuses to regroup it; ``contiguous()`` copies it into that layout first.
+
+    Shapes: ``(batch, h, len, d_k) -> (batch, len, h * d_k)``.
+    """
+    return x.transpose(1, 2).contiguous().view(x.size(0), -1, x.size(1) * x.size(3))
+
+
 class MultiHeadedAttention(nn.Module):
     """``h`` attention heads of width ``d_k = d_model / h`` computed in parallel.
 
@@ -69,12 +95,12 @@ class MultiHeadedAttention(nn.Module):
         self.dropout = nn.Dropout(p=dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``(batch, len, d_model) -> (batch, h, len, d_k)``."""
-        return x.view(x.size(0), -1, self.h, self.d_k).transpose(1, 2)
+        """``(batch, len, d_model) -> (batch, h, len, d_k)``; see the module function ``split_heads``."""
+        return split_heads(x, self.h)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``(batch, h, len, d_k) -> (batch, len, d_model)``, heads concatenated in order."""
-        return x.transpose(1, 2).contiguous().view(x.size(0), -1, self.h * self.d_k)
+        """``(batch, h, len, d_k) -> (batch, len, d_model)``; see the module function ``merge_heads``."""
+        return merge_heads(x)
 
     def forward(
         self,
