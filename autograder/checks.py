@@ -78,7 +78,7 @@ def run_checks(runs: list) -> None:
         outcome, text = plugin.outcomes.get(str(case), ("not run", ""))
         result = case.run.results.get(case.number)
         if result is None:
-            case.run.results[case.number] = TestResult(case.run.name(case.number), 0.0, case.run.weight,
+            case.run.results[case.number] = TestResult(case.run.name(case.number), 0.0, case.run.weights[case.number],
                                                        f"{ERROR_NOTE}: this case {outcome}.\n\n```\n{text}\n```")
         elif outcome != "passed":
             result.score = 0.0

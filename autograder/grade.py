@@ -28,7 +28,7 @@ from autograder.exercises.shared import Case
 from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
 from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
-from autograder.results import ERROR_NOTE, Report, TestResult
+from autograder.results import ERROR_NOTE, Report, TestResult, split_points
 from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths, isolation
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
@@ -187,8 +187,10 @@ class ExerciseRun:
         self.extraction = extract(nb, exercise)
         self.seed = default_seed(exercise, self.extraction) if seed is None else seed
         all_cases = graded_cases(exercise, self.seed)
-        self.weight = exercise.points / len(all_cases)
-        self.cases = [c for c in all_cases if c.public] if public_only else all_cases
+        kept = [(c, w) for c, w in zip(all_cases, split_points(exercise.points, len(all_cases)), strict=True)
+                if c.public or not public_only]
+        self.cases = [c for c, _ in kept]
+        self.weights = [w for _, w in kept]
         self.notes = list(self.extraction.notes)
         self.limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
         self.results: dict[int, TestResult] = {}
@@ -218,12 +220,13 @@ class ExerciseRun:
         return result
 
     def _fail(self, number: int, why: str) -> TestResult:
-        return TestResult(self.name(number), 0.0, self.weight, f"Checked: {self.cases[number].checks}.\n\n{why}")
+        return TestResult(self.name(number), 0.0, self.weights[number],
+                          f"Checked: {self.cases[number].checks}.\n\n{why}")
 
     def _run(self, number: int) -> TestResult:
         case, exercise = self.cases[number], self.exercise
         if self.extraction.error:
-            return TestResult(self.name(number), 0.0, self.weight, self.extraction.error)
+            return TestResult(self.name(number), 0.0, self.weights[number], self.extraction.error)
         if self.deadline is None:
             self.deadline = time.monotonic() + 3 * self.limits.call_timeout_s + self.limits.start_timeout_s
         if time.monotonic() > self.deadline or self.timeouts >= 2:
@@ -252,7 +255,7 @@ class ExerciseRun:
             return self._fail(number, str(missing))
         if reply.get("ok") and seconds > exercise.time_budget_s:
             self.slow.append(f"{case.title}: {seconds:.2f} s")
-        return _judge(exercise, case, self.name(number), self.weight, self.reference, reply, out, state)
+        return _judge(exercise, case, self.name(number), self.weights[number], self.reference, reply, out, state)
 
     def _start_worker(self) -> None:
         try:

@@ -35,6 +35,18 @@ class TestResult:
         return "passed" if ok else "failed"
 
 
+def split_points(points: float, parts: int) -> list[float]:
+    """``points`` shared among ``parts`` cases: whole cents that add up to ``points`` exactly.
+
+    Largest remainder: each case gets its quota rounded down to the cent, and the cents left
+    over go one each to the cases with the largest remainders; all quotas are equal here, so
+    those are the first cases. ``split_points(4, 3) == [1.34, 1.33, 1.33]``.
+    """
+    cents = round(points * 100)
+    base, left = divmod(cents, parts)
+    return [(base + (i < left)) / 100 for i in range(parts)]
+
+
 @dataclass
 class Report:
     """Everything a grading run found: per-test results plus run-level facts."""
@@ -45,16 +57,18 @@ class Report:
     execution_time: float = 0.0
     sandbox: str = ""
 
+    # Every score is a whole number of cents (see split_points): rounding the float sum to
+    # cents gives the exact total.
     @property
     def score(self) -> float:
-        return round(sum(t.score for t in self.tests), 4)
+        return round(sum(t.score for t in self.tests), 2)
 
     @property
     def max_score(self) -> float:
-        return round(sum(t.max_score for t in self.tests), 4)
+        return round(sum(t.max_score for t in self.tests), 2)
 
     def exercise_score(self, exercise_id: str) -> float:
-        return round(sum(t.score for t in self.tests if t.name.startswith(exercise_id + " ")), 4)
+        return round(sum(t.score for t in self.tests if t.name.startswith(exercise_id + " ")), 2)
 
 GRADESCOPE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -106,7 +120,7 @@ def to_gradescope(report: Report) -> dict:
 
 
 def _test(test: TestResult) -> dict:
-    return {"name": test.name, "score": round(test.score, 4), "max_score": round(test.max_score, 4),
+    return {"name": test.name, "score": round(test.score, 2), "max_score": round(test.max_score, 2),
             "status": test.status, "output": test.output, "output_format": "md", "visibility": test.visibility}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from decimal import Decimal
 import stat
 import zipfile
 
@@ -14,14 +15,14 @@ import pytest
 import torch
 
 from autograder import worker as wire
-from autograder.cases import CASES
+from autograder.cases import CASES, graded_cases
 from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
                                 read_submission)
 from autograder.grade import (Report, TestResult, _diagnose, _expected, _judge, _provided, _reference_state,
                               default_seed, error_text, resolve)
 from autograder.registry import REGISTRY, Exercise, by_id
-from autograder.results import GRADESCOPE_SCHEMA, error_results, to_gradescope
+from autograder.results import GRADESCOPE_SCHEMA, error_results, split_points, to_gradescope
 from tests.grader_fixtures import ATTENTION, notebook
 
 pytestmark = pytest.mark.fast
@@ -274,6 +275,25 @@ def test_results_validate_against_gradescope_schema():
     json.dumps(results, allow_nan=False)
 
 
+def test_case_points_are_cents_that_add_up_exactly_for_every_exercise():
+    """Largest remainder in cents: the JSON's numbers, read as decimals, add up exactly."""
+    assert split_points(4, 3) == [1.34, 1.33, 1.33] and split_points(5, 4) == [1.25] * 4
+    tests = []
+    for exercise in REGISTRY:
+        for seed in (0, 1, 2):
+            parts = split_points(exercise.points, len(graded_cases(exercise, seed)))
+            exact = [Decimal(repr(p)) for p in parts]
+            assert sum(exact) == exercise.points, (exercise.id, parts)
+            assert all(d == d.quantize(Decimal("0.01")) for d in exact), parts
+            assert max(exact) - min(exact) <= Decimal("0.01")
+        tests += [TestResult(f"{exercise.id} case {i}", p, p, "passed") for i, p in enumerate(parts)]
+        tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "a note"))
+    results = json.loads(json.dumps(to_gradescope(Report(tests=tests))), parse_float=Decimal)
+    total = sum(e.points for e in REGISTRY)
+    assert sum(t["max_score"] for t in results["tests"]) == results["extra_data"]["max_score"] == total
+    assert sum(t["score"] for t in results["tests"]) == results["score"] == total
+
+
 def test_pytest_verdicts_decide_and_harness_errors_are_reported_not_raised():
     """The graded tests run under pytest; a case that crashes the harness is an
     "autograder error" line at 0, and the other cases still count."""
@@ -283,7 +303,7 @@ def test_pytest_verdicts_decide_and_harness_errors_are_reported_not_raised():
     class FakeRun:
         exercise = by_id("ch03.attention")
         cases = [0, 1, 2]
-        weight = 2.0
+        weights = [2.0, 2.0, 2.0]
 
         def __init__(self):
             self.results = {}

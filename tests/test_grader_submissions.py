@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from decimal import Decimal
 from pathlib import Path
 
 import jsonschema
@@ -51,6 +52,9 @@ def test_solutions_score_full_marks_through_the_command_line(tmp_path):
     data = json.loads(results.read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
     assert data["score"] == _released_points() >= 10
+    exact = json.loads(results.read_text(), parse_float=Decimal)  # the file's numbers, added exactly
+    assert sum(t["max_score"] for t in exact["tests"]) == exact["extra_data"]["max_score"] == exact["score"] \
+        == _released_points()
     assert f"{data['score']:g}/{data['score']:g}" in run.stdout
     assert all(t["status"] == "passed" for t in data["tests"]), [t["name"] for t in data["tests"]
                                                                  if t["status"] != "passed"]
