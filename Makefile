@@ -10,7 +10,7 @@ PYTEST := $(BIN)/python -m pytest
 JS_STAMP := book/node_modules/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: env js chapters gradebook book test test-fast clean
+.PHONY: env js chapters gradebook book test test-fast course-model clean
 
 env: $(STAMP)
 
@@ -29,6 +29,13 @@ $(JS_STAMP): book/package.json book/package-lock.json
 
 chapters: $(STAMP)
 	$(BIN)/python scripts/make_chapters.py $(if $(CHAPTER),--chapter $(CHAPTER))
+
+# The course model (tfm_solution/assets/course_model/): retrain it from scratch on the CPU with one
+# seeded command (Multi30k from $$MULTI30K_DIR or downloaded), export it and rewrite its model card.
+course-model: $(STAMP)
+	rm -rf runs/course
+	$(BIN)/python -m tfm_solution train --task multi30k --config course --device cpu --seed 0 --out runs/course
+	$(BIN)/python scripts/course_model.py runs/course
 
 # Instructors: record every chapter's tests in gradebook.db before `nbgrader autograde`. The
 # release goes to a scratch folder: chapters/ stays as committed (with its figures and widgets).

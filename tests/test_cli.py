@@ -57,8 +57,8 @@ def test_new_user_flow_train_translate_evaluate_copy(tmp_path, capsys, monkeypat
     assert main(["train", "--task", "copy", "--config", "tiny", "--device", "cpu", "--out", str(out),
                  "--max-steps", "150", "--quiet"]) == 0
     assert "checkpoint written" in capsys.readouterr().out
-    assert {"config.json", "model.safetensors", "optimizer.pt", "tokenizer_src.json", "metrics.jsonl"} <= {
-        p.name for p in out.iterdir()}
+    assert {p.name for p in out.iterdir()} == {"run.json", "tokenizer.json", "checkpoints", "last", "best",
+                                               "metrics.jsonl"}
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["step"] == 150 and lines[-1]["val_loss"] < lines[0]["val_loss"]
 

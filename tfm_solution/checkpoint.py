@@ -1,15 +1,38 @@
-"""Checkpoints: a folder with the model config, weights, tokenizers and training state.
+"""Checkpoints that survive a crash at any instant, and the flat folder a finished model ships as.
 
-    config.json            model dimensions, run settings, TrainState
-    model.safetensors      weights (safetensors: loading runs no pickled code)
-    optimizer.pt           optimizer + scheduler state, read back with ``weights_only=True``
-    tokenizer_src.json, tokenizer_tgt.json
+A training run's folder (``python -m tfm_solution train --out RUN``)::
+
+    run.json                  model config and run settings, written once before the first step
+    tokenizer.json            the shared subword tokenizer (or tokenizer_src.json + tokenizer_tgt.json),
+                              written once; a resumed run reads it and never trains another
+    checkpoints/step-NNNNNNN/ model.safetensors and trainer.pt (optimizer, scheduler, RNG states,
+                              TrainState, where in which epoch, best validation loss, the metrics so far)
+    last                      names the newest complete checkpoint (what --resume continues)
+    best                      names the checkpoint with the lowest validation loss (what translate uses)
+    metrics.jsonl             one JSON object per finished epoch, rewritten from the newest checkpoint
+
+A checkpoint is written into a temporary folder, flushed to disk and renamed into place; only then
+do ``last`` (and ``best``) change, each by writing a temporary file and renaming it over the old
+one, which POSIX makes atomic. A kill at any instant therefore leaves ``last`` naming a complete
+checkpoint, either the previous one or the new one; folders no pointer names are removed at the
+next save. The metrics log lives inside the checkpoint, so an epoch is logged exactly when its
+checkpoint exists: never lost, never repeated by a resume.
+
+An exported model (``export_model``; the course model is one) is flat: ``config.json``,
+``model.safetensors``, the tokenizer file(s) and, optionally, ``metrics.jsonl``.
+``load_checkpoint`` reads both kinds.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,37 +43,176 @@ from .data import TokenizerPair
 from .encoder_decoder import EncoderDecoder, make_model
 from .training import TrainState
 
+CHECKPOINTS = "checkpoints"
 
-def save_checkpoint(folder: Path, model: EncoderDecoder, model_config: dict[str, Any], run_config: dict[str, Any],
-                    tokenizers: TokenizerPair, state: TrainState,
-                    optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None) -> None:
-    """Write everything needed to translate with, or resume training from, ``model``."""
+
+@dataclass
+class Progress:
+    """Where a run stands: what ``trainer.pt`` holds besides the optimizer and scheduler."""
+
+    state: TrainState = field(default_factory=TrainState)
+    epoch: int = 0  # the epoch under way (or next to start)
+    batches_done: int = 0  # micro-batches of that epoch already trained on (by this rank)
+    best: float = float("inf")  # lowest validation loss so far
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # one entry per finished epoch
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` so a reader sees the old file or the new one, never a mix."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write(text)
+        os.fchmod(tmp.fileno(), 0o666 & ~_umask())  # temporary files are private; the result is not
+        tmp.flush()
+        os.fsync(tmp.fileno())
+    os.replace(tmp.name, path)
+    _fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_folder(target: Path) -> Iterator[Path]:
+    """Yield a temporary folder next to ``target``; when the block ends without error, flush
+    its files and rename it to ``target`` (which must not exist). On error it is removed."""
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        yield tmp
+        for path in tmp.iterdir():
+            os.chmod(path, 0o666 & ~_umask())  # some writers create private files
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        os.rename(tmp, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def start_run(folder: Path, model_config: dict[str, Any], run_config: dict[str, Any],
+              tokenizers: TokenizerPair) -> None:
+    """Write ``run.json`` and the tokenizer(s) of a new run, each atomically, once."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(folder / "model.safetensors"))
     tokenizers.save(folder)
-    if optimizer is not None:
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, folder / "optimizer.pt")
-    meta = {"model": model_config, "run": run_config, "state": asdict(state)}
-    (folder / "config.json").write_text(json.dumps(meta, indent=2))
+    atomic_write_text(folder / "run.json", json.dumps({"model": model_config, "run": run_config}, indent=2))
+
+
+def read_run(folder: Path) -> dict[str, Any] | None:
+    """``run.json`` of a run folder (model and run configs), or None when there is none."""
+    path = Path(folder) / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _pointer(folder: Path, name: str) -> Path | None:
+    path = folder / name
+    if not path.is_file():
+        return None
+    return folder / CHECKPOINTS / path.read_text().strip()
+
+
+def save_checkpoint(folder: Path, model: EncoderDecoder, optimizer: torch.optim.Optimizer, scheduler: Any,
+                    progress: Progress, is_best: bool) -> Path:
+    """Write a complete checkpoint of the run in ``folder`` and point ``last`` (and ``best`` when
+    ``is_best``) at it, atomically; returns the checkpoint's folder."""
+    root = folder / CHECKPOINTS
+    root.mkdir(exist_ok=True)
+    name = f"step-{progress.state.accum_step:07d}-{progress.epoch:04d}-{progress.batches_done:06d}"
+    target = root / name
+    if target.exists():  # the same point saved again (e.g. a limit reached at an epoch's end)
+        shutil.rmtree(target)
+    with atomic_folder(target) as tmp:
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save({
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "progress": {**asdict(progress), "state": asdict(progress.state)},
+        }, tmp / "trainer.pt")
+    atomic_write_text(folder / "last", name)
+    if is_best:
+        atomic_write_text(folder / "best", name)
+    atomic_write_text(folder / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in progress.metrics))
+    keep = {p.name for p in (_pointer(folder, "last"), _pointer(folder, "best")) if p is not None}
+    for old in root.iterdir():
+        if old.name not in keep:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def resume_checkpoint(folder: Path, model: EncoderDecoder, optimizer: torch.optim.Optimizer,
+                      scheduler: Any) -> Progress | None:
+    """Load the newest complete checkpoint of the run in ``folder`` into ``model``, ``optimizer``
+    and ``scheduler``, restore the RNG states and return where the run stands (None: nothing saved)."""
+    last = _pointer(Path(folder), "last")
+    if last is None:
+        return None
+    load_model(model, str(last / "model.safetensors"))
+    saved = torch.load(last / "trainer.pt", weights_only=True, map_location="cpu")
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    torch.set_rng_state(saved["rng_cpu"])
+    if saved["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["rng_cuda"])
+    p = saved["progress"]
+    return Progress(TrainState(**p["state"]), p["epoch"], p["batches_done"], p["best"], p["metrics"])
+
+
+def export_model(folder: Path, model: EncoderDecoder, meta: dict[str, Any], tokenizers: TokenizerPair,
+                 dtype: torch.dtype = torch.float32, metrics: list[dict[str, Any]] | None = None) -> None:
+    """Write ``model`` as a flat folder (``config.json``, ``model.safetensors`` in ``dtype``, the
+    tokenizer(s), ``metrics.jsonl``), replacing ``folder`` atomically."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.with_name(folder.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    with atomic_folder(staging) as tmp:
+        save_model(copy.deepcopy(model).to(dtype), str(tmp / "model.safetensors"))
+        tokenizers.save(tmp)
+        (tmp / "config.json").write_text(json.dumps({**meta, "dtype": str(dtype).removeprefix("torch.")}, indent=2))
+        if metrics is not None:
+            (tmp / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    if folder.exists():
+        old = folder.with_name(folder.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(folder, old)
+        os.rename(staging, folder)
+        shutil.rmtree(old)
+    else:
+        os.rename(staging, folder)
 
 
 def load_checkpoint(folder: Path, device: torch.device | str = "cpu"
                     ) -> tuple[EncoderDecoder, dict[str, Any], TokenizerPair, TrainState]:
-    """Rebuild the model from ``config.json`` and load its weights; returns
-    (model in eval mode, the saved config, tokenizers, training state)."""
+    """The model of a run folder (its ``best`` checkpoint) or of an exported folder, in eval mode
+    and float32 on ``device``; returns (model, {"model": ..., "run": ...}, tokenizers, training state)."""
     folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a checkpoint (no config.json); train one with "
+    meta = read_run(folder)
+    state = TrainState()
+    if meta is not None:
+        weights = _pointer(folder, "best") or _pointer(folder, "last")
+        if weights is None:
+            raise FileNotFoundError(f"{folder} holds a run with no checkpoint yet; train on with --resume")
+        saved = torch.load(weights / "trainer.pt", weights_only=True, map_location="cpu")
+        state = TrainState(**saved["progress"]["state"])
+    elif (folder / "config.json").is_file():
+        meta, weights = json.loads((folder / "config.json").read_text()), folder
+    else:
+        raise FileNotFoundError(f"{folder} is not a checkpoint (no run.json or config.json); train one with "
                                 f"`python -m tfm_solution train --out {folder}`")
-    meta = json.loads((folder / "config.json").read_text())
     model = make_model(**meta["model"])
-    load_model(model, str(folder / "model.safetensors"))
-    model.to(device).eval()
-    return model, meta, TokenizerPair.load(folder), TrainState(**meta["state"])
-
-
-def load_optimizer(folder: Path, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
-    """Restore optimizer and scheduler state saved by ``save_checkpoint`` (tensors only, no code)."""
-    saved = torch.load(Path(folder) / "optimizer.pt", weights_only=True, map_location="cpu")
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
+    model.to(getattr(torch, meta.get("dtype", "float32")))
+    load_model(model, str(weights / "model.safetensors"))
+    model.float().to(device).eval()
+    return model, meta, TokenizerPair.load(folder), state

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .data import DataUnavailableError
+from .experiment import ResumeMismatchError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,15 +18,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a model and write a checkpoint folder")
-    t.add_argument("--task", choices=["copy", "multi30k"], default="copy",
+    t.add_argument("--task", choices=["copy", "multi30k"],
                    help="copy: learn to copy random digit sequences; multi30k: German to English (default copy)")
-    t.add_argument("--config", choices=["tiny", "small", "base"], default="tiny", help="model size (default tiny)")
+    t.add_argument("--config", choices=["tiny", "small", "course", "base"],
+                   help="model size; course = the course model's recipe on multi30k (default tiny)")
     t.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps (default auto)")
     t.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
     t.add_argument("--max-seconds", type=float, help="stop after this many seconds of training")
     t.add_argument("--epochs", type=int, help="number of passes over the training data")
     t.add_argument("--out", type=Path, required=True, help="checkpoint folder (config, weights, tokenizers, metrics)")
-    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest checkpoint, with its saved settings and "
+                        "tokenizer (only --epochs, --max-steps and --max-seconds may change)")
     t.add_argument("--data-dir", help="folder with the Multi30k .gz files (else $MULTI30K_DIR, else download)")
     t.add_argument("--train-subset", type=int, help="use only the first N training pairs")
     t.add_argument("--val-subset", type=int, help="use only the first N validation pairs")
@@ -34,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=int, help="subword vocabulary size (Multi30k)")
     t.add_argument("--separate-vocab", action="store_true", help="one tokenizer per language instead of a shared one")
     t.add_argument("--kernel", choices=["matmul", "sdpa"], help="attention kernel (default sdpa)")
+    t.add_argument("--dropout", type=float, help="dropout rate (default 0.1; 0 for the copy task)")
     t.add_argument("--seed", type=int, help="random seed")
     t.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
 
@@ -70,13 +75,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .experiment import default_run, train, with_overrides
+    from .checkpoint import read_run
+    from .experiment import default_run, resume_settings, train, with_overrides
 
-    run = with_overrides(default_run(args.task, args.config), max_steps=args.max_steps, max_seconds=args.max_seconds,
-                         epochs=args.epochs, train_subset=args.train_subset, val_subset=args.val_subset,
-                         max_tokens=args.max_tokens, accum_iter=args.accum_iter, vocab_size=args.vocab_size,
-                         attention_kernel=args.kernel, seed=args.seed,
-                         shared_vocab=False if args.separate_vocab else None)
+    overrides = dict(task=args.task, config=args.config, max_steps=args.max_steps, max_seconds=args.max_seconds,
+                     epochs=args.epochs, train_subset=args.train_subset, val_subset=args.val_subset,
+                     max_tokens=args.max_tokens, accum_iter=args.accum_iter, vocab_size=args.vocab_size,
+                     attention_kernel=args.kernel, seed=args.seed, dropout=args.dropout,
+                     shared_vocab=False if args.separate_vocab else None)
+    if args.resume and read_run(args.out) is not None:
+        run = resume_settings(args.out, overrides)
+    else:
+        run = with_overrides(default_run(args.task or "copy", args.config or "tiny"), **overrides)
     metrics = train(run, args.out, args.device, args.data_dir, args.resume, progress=not args.quiet)
     print(json.dumps(metrics))
     print(f"checkpoint written to {args.out}")
@@ -121,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         {"train": _train, "translate": _translate, "evaluate": _evaluate, "bench": _bench}[args.command](args)
-    except (DataUnavailableError, FileNotFoundError) as err:
+    except (DataUnavailableError, FileNotFoundError, FileExistsError, ResumeMismatchError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

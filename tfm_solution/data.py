@@ -180,11 +180,19 @@ class TokenizerPair:
                    train_tokenizer((p[1] for p in pairs), vocab_size))
 
     def save(self, folder: Path) -> None:
-        self.src.save(str(folder / "tokenizer_src.json"))
-        self.tgt.save(str(folder / "tokenizer_tgt.json"))
+        """``tokenizer.json`` once for a shared vocabulary, else ``tokenizer_src.json`` and ``tokenizer_tgt.json``."""
+        if self.src is self.tgt:
+            self.src.save(str(folder / "tokenizer.json"))
+        else:
+            self.src.save(str(folder / "tokenizer_src.json"))
+            self.tgt.save(str(folder / "tokenizer_tgt.json"))
 
     @classmethod
     def load(cls, folder: Path) -> "TokenizerPair":
+        folder = Path(folder)
+        if (folder / "tokenizer.json").is_file():
+            shared = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            return cls(shared, shared)
         return cls(Tokenizer.from_file(str(folder / "tokenizer_src.json")),
                    Tokenizer.from_file(str(folder / "tokenizer_tgt.json")))
 

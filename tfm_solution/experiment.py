@@ -5,7 +5,6 @@ translation and evaluation of a checkpoint. The CLI (``python -m tfm_solution``)
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -13,23 +12,27 @@ from typing import Any
 
 import sacrebleu
 import torch
-from torch.nn.parallel import DistributedDataParallel
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from .checkpoint import load_checkpoint, load_optimizer, save_checkpoint
+from .checkpoint import Progress, load_checkpoint, read_run, resume_checkpoint, save_checkpoint, start_run
 from .data import (BOS, EOS, PAD, Example, TokenizerPair, copy_examples, copy_tokenizer, iterate_batches,
                    load_multi30k, multi30k_dir, pad_batch, token_batches)
 from .decoding import beam_search, greedy_decode, sample
 from .encoder_decoder import EncoderDecoder, make_model
-from .training import (LabelSmoothing, SimpleLossCompute, TrainState, distributed_context, make_optimizer,
-                       run_epoch, select_device)
+from .training import (LabelSmoothing, SimpleLossCompute, TrainState, data_parallel, distributed_context,
+                       make_optimizer, rank_device, run_epoch, select_device)
 
 MODEL_SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(N=2, d_model=64, d_ff=256, h=4),
     "small": dict(N=3, d_model=256, d_ff=1024, h=4),
+    "course": dict(N=3, d_model=128, d_ff=512, h=4),
     "base": dict(N=6, d_model=512, d_ff=2048, h=8),
 }
 COPY_VOCAB, COPY_LEN = 11, 10
+SAMPLE_SENTENCES = 5  # validation sentences translated (greedy) after every epoch, for the log
+# settings a resumed run may change: how long it goes on
+RESUMABLE = frozenset({"epochs", "max_steps", "max_seconds"})
 
 
 @dataclass
@@ -42,6 +45,7 @@ class RunConfig:
     attention_kernel: str = "sdpa"
     vocab_size: int = 8000  # Multi30k subword vocabulary (per side unless shared)
     shared_vocab: bool = True
+    tie_embeddings: bool = False  # one matrix for both embeddings and the generator (needs shared_vocab)
     max_len: int = 100  # longer pairs are left out (and counted), never cropped
     max_tokens: int = 4000  # padded source (and target) positions per batch
     train_subset: int | None = None  # use the first N training pairs
@@ -58,16 +62,39 @@ class RunConfig:
 
 
 def default_run(task: str, config: str) -> RunConfig:
-    """Sensible settings per task and size."""
+    """Sensible settings per task and size; ``multi30k`` + ``course`` is the course model's recipe."""
     if config not in MODEL_SIZES:
         raise ValueError(f"config must be one of {sorted(MODEL_SIZES)}, got {config!r}")
     if task == "copy":
         return RunConfig(task, config, dropout=0.0, max_tokens=600, smoothing=0.0, warmup=200, factor=0.25, epochs=12)
     if task == "multi30k":
+        if config == "course":
+            return RunConfig(task, config, vocab_size=5000, tie_embeddings=True, max_tokens=3000, warmup=800,
+                             factor=0.5, epochs=10)
         vocab = {"tiny": 2000, "small": 4000, "base": 8000}[config]
         return RunConfig(task, config, vocab_size=vocab, max_tokens={"base": 6000}.get(config, 3000),
                          warmup={"base": 2000}.get(config, 800), epochs=8)
     raise ValueError(f"task must be 'copy' or 'multi30k', got {task!r}")
+
+
+class ResumeMismatchError(ValueError):
+    """``--resume`` was given settings that contradict the saved run's."""
+
+
+def resume_settings(out: Path, overrides: dict[str, Any]) -> RunConfig:
+    """The saved run's settings with ``overrides`` applied; raises ``ResumeMismatchError`` when an
+    override other than the run's length contradicts them (the model, its vocabulary and its data
+    are fixed once a run has started)."""
+    saved = read_run(out)
+    if saved is None:
+        raise FileNotFoundError(f"{out} holds no run to resume (no run.json)")
+    run = RunConfig(**saved["run"])
+    clashes = [f"{k}={v!r} (the run has {getattr(run, k)!r})" for k, v in overrides.items()
+               if v is not None and k not in RESUMABLE and v != getattr(run, k)]
+    if clashes:
+        raise ResumeMismatchError(f"cannot resume {out} with different settings: {', '.join(clashes)}. "
+                                  f"Drop them, or train a new run with another --out.")
+    return with_overrides(run, **{k: v for k, v in overrides.items() if k in RESUMABLE})
 
 
 @dataclass
@@ -76,88 +103,138 @@ class Prepared:
     train: list[Example]
     val: list[Example]
     too_long: int
+    samples: list[tuple[str, str]]  # (source, reference) of the sentences the log translates
 
 
-def prepare_data(run: RunConfig, data_dir: str | Path | None = None) -> Prepared:
-    """Tokenizers (trained on the training split only) and id sequences of train and val."""
+def prepare_data(run: RunConfig, data_dir: str | Path | None = None, tokenizers: TokenizerPair | None = None
+                 ) -> Prepared:
+    """Tokenizers (trained on the training split only, unless given) and id sequences of train and val."""
     if run.task == "copy":
         tok = copy_tokenizer(COPY_VOCAB)
         val = copy_examples(200, COPY_LEN, COPY_VOCAB, torch.Generator().manual_seed(run.seed + 10_000))
-        return Prepared(TokenizerPair(tok, tok), [], val, 0)
+        return Prepared(TokenizerPair(tok, tok), [], val, 0, [])
     folder = multi30k_dir(data_dir)
     train_pairs = load_multi30k("train", folder)[: run.train_subset]
     val_pairs = load_multi30k("val", folder)[: run.val_subset]
-    tokenizers = TokenizerPair.train(train_pairs, run.vocab_size, run.shared_vocab)
+    tokenizers = tokenizers or TokenizerPair.train(train_pairs, run.vocab_size, run.shared_vocab)
     train, too_long = tokenizers.encode_pairs(train_pairs, run.max_len)
     val, val_too_long = tokenizers.encode_pairs(val_pairs, run.max_len)
-    return Prepared(tokenizers, train, val, too_long + val_too_long)
+    return Prepared(tokenizers, train, val, too_long + val_too_long, val_pairs[:SAMPLE_SENTENCES])
 
 
 def model_config(run: RunConfig, tokenizers: TokenizerPair) -> dict[str, Any]:
     return dict(src_vocab=tokenizers.src.get_vocab_size(), tgt_vocab=tokenizers.tgt.get_vocab_size(),
-                dropout=run.dropout, attention_kernel=run.attention_kernel, **MODEL_SIZES[run.config])
+                dropout=run.dropout, attention_kernel=run.attention_kernel, tie_embeddings=run.tie_embeddings,
+                **MODEL_SIZES[run.config])
+
+
+def _saved_tokenizers(run: RunConfig, out: Path) -> TokenizerPair | None:
+    """The tokenizer(s) a run wrote when it started (None for the copy task, whose vocabulary is fixed)."""
+    return None if run.task == "copy" else TokenizerPair.load(out)
 
 
 def train(run: RunConfig, out: Path, device: str = "auto", data_dir: str | Path | None = None,
           resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Train, validating after every epoch; returns the last epoch's metrics.
 
-    The checkpoint in ``out`` is rewritten whenever the validation loss improves.
+    ``out`` is a run folder (see ``checkpoint``): a crash-safe checkpoint after every epoch and
+    when a limit stops the run, ``best`` naming the lowest validation loss, ``metrics.jsonl`` with
+    one entry per epoch (``partial`` when a limit stopped it midway). ``resume=True`` continues
+    from the newest checkpoint exactly: weights, optimizer, scheduler, RNG, epoch and position
+    in it, best loss, metrics, tokenizers and settings (``resume_settings`` checks them).
 
-    Under ``torchrun`` each process takes every ``world``-th batch and DDP averages gradients.
-    Metrics go to ``out/metrics.jsonl``, one JSON object per epoch.
+    Under ``torchrun`` each process uses its own device (``rank_device``), takes every
+    ``world``-th batch, and DDP averages gradients; rank 0 decides when to stop, for all.
     """
-    dev = select_device(device)
     out = Path(out)
-    with distributed_context() as (rank, world):
+    saved = read_run(out)
+    if saved is not None and not resume:
+        raise FileExistsError(f"{out} already holds a run; pass --resume to continue it, or choose another --out")
+    resume = resume and saved is not None
+    if resume:
+        resume_settings(out, {k: v for k, v in asdict(run).items() if k not in RESUMABLE})
+    dev = rank_device(device)
+    with distributed_context("nccl" if dev.type == "cuda" else "gloo") as (rank, world):
         torch.manual_seed(run.seed)
-        data = prepare_data(run, data_dir)
+        if resume:
+            data = prepare_data(run, data_dir, _saved_tokenizers(run, out))
+        else:  # only rank 0 trains the tokenizer; the others read what it wrote: one vocabulary for all
+            if rank == 0:
+                data = prepare_data(run, data_dir)
+                start_run(out, model_config(run, data.tokenizers), asdict(run), data.tokenizers)
+            if world > 1:
+                dist.barrier()
+            if rank != 0:
+                data = prepare_data(run, data_dir, _saved_tokenizers(run, out))
         mcfg = model_config(run, data.tokenizers)
         model = make_model(**mcfg).to(dev)
         optimizer, scheduler = make_optimizer(model, mcfg["d_model"], run.factor, run.warmup)
-        state = TrainState()
-        if resume and (out / "config.json").is_file():
-            saved, _, _, state = load_checkpoint(out, dev)
-            model.load_state_dict(saved.state_dict())
-            load_optimizer(out, optimizer, scheduler)
-        wrapped = DistributedDataParallel(model) if world > 1 else model
+        at = (resume_checkpoint(out, model, optimizer, scheduler) if resume else None) or Progress()
+        wrapped = data_parallel(model, dev)
         criterion = LabelSmoothing(mcfg["tgt_vocab"], PAD, run.smoothing)
         loss_compute = SimpleLossCompute(model.generator, criterion)
-        start, metrics, best = time.perf_counter(), {}, math.inf
-        tokens_at_start = state.tokens
+        start = time.perf_counter()
+        tokens_at_start = at.state.tokens
+        stop = False
 
-        def limit_reached(st: TrainState, _loss: float = 0.0) -> bool:
+        def limit_reached(st: TrainState) -> bool:
             return (run.max_steps is not None and st.accum_step >= run.max_steps) or (
                 run.max_seconds is not None and time.perf_counter() - start >= run.max_seconds)
 
-        epoch = 0
-        while epoch < run.epochs and not limit_reached(state):
-            gen = torch.Generator().manual_seed(run.seed + 1 + epoch + state.accum_step)
+        def on_step(st: TrainState, _loss: float) -> bool:
+            nonlocal stop
+            at.batches_done = st.step - steps_before + done_before
+            stop = agreed(rank == 0 and limit_reached(st), dev)
+            return stop
+
+        metrics: dict[str, Any] = at.metrics[-1] if at.metrics else {}
+        stop = agreed(rank == 0 and limit_reached(at.state), dev)
+        while at.epoch < run.epochs and not stop:
+            gen = torch.Generator().manual_seed(run.seed + 1 + at.epoch)
             train_examples = data.train or copy_examples(run.copy_train_size, COPY_LEN, COPY_VOCAB, gen)
             batches = token_batches(train_examples, run.max_tokens, gen)
             batches = batches[rank: len(batches) - len(batches) % world: world]
-            bar = tqdm(batches, desc=f"epoch {epoch}", disable=not progress or rank != 0, leave=False)
+            steps_before, done_before = at.state.step, at.batches_done
+            todo = batches[at.batches_done:]
+            bar = tqdm(todo, desc=f"epoch {at.epoch}", disable=not progress or rank != 0, leave=False)
             wrapped.train()
-            train_loss, state = run_epoch(iterate_batches(train_examples, bar), wrapped, loss_compute, optimizer,
-                                          scheduler, "train", run.accum_iter, state, dev, limit_reached)
+            train_loss, at.state = run_epoch(iterate_batches(train_examples, bar), wrapped, loss_compute, optimizer,
+                                             scheduler, "train", run.accum_iter, at.state, dev, on_step)
+            finished = at.batches_done >= len(batches)
             model.eval()
             val_loss, _ = run_epoch(iterate_batches(data.val, token_batches(data.val, run.max_tokens)), model,
                                     loss_compute, mode="eval", device=dev)
             elapsed = time.perf_counter() - start
-            metrics = dict(epoch=epoch, step=state.accum_step, train_loss=train_loss, val_loss=val_loss,
+            metrics = dict(epoch=at.epoch, step=at.state.accum_step, train_loss=train_loss, val_loss=val_loss,
                            lr=scheduler.get_last_lr()[0], seconds=elapsed, too_long=data.too_long,
-                           tokens_per_s=world * (state.tokens - tokens_at_start) / elapsed)
+                           tokens_per_s=world * (at.state.tokens - tokens_at_start) / elapsed)
+            if not finished:
+                metrics["partial"] = True
+            if data.samples and rank == 0:
+                outputs = decode_texts(model, data.tokenizers, [s for s, _ in data.samples])
+                metrics["samples"] = [dict(source=s, reference=r, output=o) for (s, r), o in zip(data.samples, outputs)]
+            at.metrics.append(metrics)
+            is_best = val_loss < at.best
+            at.best = min(at.best, val_loss)
+            if finished:
+                at.epoch, at.batches_done = at.epoch + 1, 0
             if rank == 0:
-                if val_loss < best:  # the checkpoint is the best epoch so far on validation loss
-                    best = val_loss
-                    save_checkpoint(out, model, mcfg, asdict(run), data.tokenizers, state, optimizer, scheduler)
-                with open(out / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(metrics) + "\n")
+                save_checkpoint(out, model, optimizer, scheduler, at, is_best)
                 if progress:
-                    print(f"epoch {epoch} step {state.accum_step} train loss {train_loss:.3f} "
+                    print(f"epoch {metrics['epoch']} step {at.state.accum_step} train loss {train_loss:.3f} "
                           f"val loss {val_loss:.3f} ({metrics['tokens_per_s']:.0f} tokens/s)")
-            epoch += 1
+            if world > 1:
+                dist.barrier()  # no rank runs ahead of the checkpoint
     return metrics
+
+
+def agreed(stop_here: bool, device: torch.device) -> bool:
+    """Rank 0's decision to stop, shared with every rank (one all-reduce), so all stop at the same step."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return stop_here
+    flag = torch.tensor([1.0 if stop_here else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def decode_texts(model: EncoderDecoder, tokenizers: TokenizerPair, texts: list[str], strategy: str = "greedy",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .masks import Batch
@@ -21,7 +22,7 @@ from .schedule import rate
 
 __all__ = [
     "Batch", "LabelSmoothing", "SimpleLossCompute", "TrainState", "accumulated_step", "accumulation_groups",
-    "autocast", "distributed_context", "make_optimizer", "rate", "run_epoch", "select_device",
+    "autocast", "data_parallel", "distributed_context", "make_optimizer", "rank_device", "rate", "run_epoch", "select_device",
     "train_with_accumulation",
 ]
 
@@ -100,6 +101,42 @@ def select_device(name: str = "auto") -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def rank_device(name: str = "auto") -> torch.device:
+    """The device of this process. Outside ``torchrun`` (or with one process) ``select_device(name)``.
+
+    Under ``torchrun`` on CUDA each rank takes ``cuda:$LOCAL_RANK`` and makes it the current
+    device (before the process group starts, as NCCL needs); ``--device cuda`` or ``auto`` means
+    exactly that, while a device that names another GPU contradicts the rank and is refused.
+    CPU ranks stay on the CPU (gloo); MPS has no multi-process backend.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1 or "LOCAL_RANK" not in os.environ:
+        return select_device(name)
+    local = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda" if name == "auto" and torch.cuda.is_available() else
+                          "cpu" if name == "auto" else name)
+    if device.type == "mps":
+        raise ValueError("training with several processes needs CUDA (nccl) or the CPU (gloo), not mps")
+    if device.type != "cuda":
+        return device
+    if device.index is not None and device.index != local:
+        raise ValueError(f"--device {name} contradicts LOCAL_RANK={local}: under torchrun each process uses "
+                         f"cuda:$LOCAL_RANK; pass --device cuda (or auto) and choose GPUs with CUDA_VISIBLE_DEVICES")
+    if local >= torch.cuda.device_count():
+        raise ValueError(f"LOCAL_RANK={local} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    device = torch.device("cuda", local)
+    torch.cuda.set_device(device)
+    return device
+
+
+def data_parallel(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` wrapped for DDP when a process group is up (one GPU per process: ``device_ids``
+    names this rank's GPU; none on the CPU), else ``model`` itself."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return model
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def autocast(device: torch.device) -> contextlib.AbstractContextManager:
