@@ -1,20 +1,54 @@
-"""Draw with the student's own function when it works, with the reference when it does not.
+"""Draw with the student's own function when it works, with the reference when it does not,
+and say truthfully which one drew.
 
-Every visualization of the course takes the student's function as an argument. While the
-exercise is still a stub (or crashes), the widget falls back to the reference and says so;
-when the student's function runs but disagrees with the reference, the widget keeps drawing
-the student's results, because seeing one's own bug is the point, and says that too.
+Every visualization of the course takes the student's function as an argument and passes it
+through :func:`resolve`, which picks what to draw with and writes the line shown above the
+widget (:meth:`Resolved.banner`). A chapter's widget module needs nothing else::
+
+    from .student import resolve
+
+    def _probe(fn):                     # a small fixed input every correct answer treats alike
+        return fn(torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(7)))
+
+    def my_widget(student_fn=None):
+        used = resolve(student_fn, reference_fn, _probe, "reference_fn_name")
+        ...draw every frame with used.fn...
+        return FramePlayer(control, render, n, header=[used.banner()])
+
+and the notebook cell is ``my_widget(the_students_function)``. The message then fits the place
+where the reader sees it:
+
+- **preview**: ``make chapters`` executes the *solution* notebook, whose exercise cells still
+  hold the course's own answer between nbgrader's solution markers. The figures stored then are
+  what the website and a freshly released student notebook show, so the message says that they
+  were drawn with the reference and that running the cell redraws them with the student's code;
+- **ok** / **differs**: in a live kernel with the student's answer, "your own", with a warning
+  when its results disagree with the reference (seeing one's own bug is the point);
+- **stub** / **error**: the student's answer is still ``raise NotImplementedError()`` or it
+  crashed; the widget falls back to the reference and says why;
+- **reference**: no student function was given (``None``, or the reference itself).
+
+How the preview is recognised: the source of the cell that defined the function still contains
+nbgrader's ``### BEGIN SOLUTION`` marker. ``nbgrader generate_assignment`` removes that marker
+from every released notebook, so a student's function can never carry it.
 """
 
 from __future__ import annotations
 
 import html
+import inspect
+import linecache
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
 import torch
+
+#: The nbgrader marker that opens a solution region; it exists only in the course's solution notebooks.
+SOLUTION_MARKER = "### BEGIN SOLUTION"
+
+_COLOURS = {"ok": "#1b7f3b", "reference": "#555555", "preview": "#555555", "differs": "#b45309"}
 
 
 @dataclass(frozen=True)
@@ -23,10 +57,12 @@ class Resolved:
 
     Attributes:
         fn: the function to call.
-        source: ``"student"`` or ``"reference"``.
-        status: ``"ok"`` (student's function matches), ``"differs"`` (student's function runs
-            but disagrees), ``"stub"`` (not implemented yet), ``"error"`` (it raised), or
-            ``"reference"`` (no student function was given).
+        source: ``"student"`` (the student's own code draws) or ``"reference"`` (the course's
+            code draws: the reference, or the course's solution in a preview).
+        status: ``"ok"`` (student's function matches the reference), ``"differs"`` (it runs but
+            disagrees), ``"stub"`` (not implemented yet), ``"error"`` (it raised), ``"preview"``
+            (the course's solution drew, when the notebooks were generated), or ``"reference"``
+            (no student function was given).
         message: one sentence for the reader.
     """
 
@@ -35,9 +71,14 @@ class Resolved:
     status: str
     message: str
 
+    @property
+    def yours(self) -> bool:
+        """Whether the figure shows the student's own results (so a label may say "your ...")."""
+        return self.source == "student"
+
     def banner(self) -> widgets.HTML:
         """The message as a coloured line to place above the widget."""
-        colour = {"ok": "#1b7f3b", "reference": "#555555", "differs": "#b45309"}.get(self.status, "#b91c1c")
+        colour = _COLOURS.get(self.status, "#b91c1c")
         return widgets.HTML(f'<div style="color:{colour};margin:2px 0 6px 0">{html.escape(self.message)}</div>')
 
 
@@ -50,19 +91,49 @@ def _close(a: Any, b: Any) -> bool:
     return False
 
 
+def _code_objects(obj: Any) -> list[Any]:
+    """The code objects of a function, or of the methods a class defines itself."""
+    if inspect.isclass(obj):
+        members = []
+        for member in vars(obj).values():
+            if isinstance(member, staticmethod | classmethod):
+                member = member.__func__
+            elif isinstance(member, property):
+                member = member.fget
+            members.append(member)
+    else:
+        members = [obj]
+    return [m.__code__ for m in members if hasattr(m, "__code__")]
+
+
+def is_course_solution(obj: Any) -> bool:
+    """Whether ``obj`` was defined by a solution cell of the course (see the module docstring).
+
+    IPython keeps the text of every executed cell in ``linecache`` under the cell's file name,
+    which is the ``co_filename`` of the code defined in it.
+    """
+    return any(
+        SOLUTION_MARKER in "".join(linecache.getlines(code.co_filename)) for code in _code_objects(obj)
+    )
+
+
 def resolve(
     candidate: Callable[..., Any] | None,
     reference: Callable[..., Any],
     probe: Callable[[Callable[..., Any]], Any],
     name: str,
 ) -> Resolved:
-    """Choose the function a widget draws with.
+    """Choose the function a widget draws with, and the message that says which one it is.
 
     Args:
-        candidate: the student's function, or ``None`` to draw with the reference.
+        candidate: the student's function or class, or ``None`` to draw with the reference.
         reference: the reference implementation.
-        probe: calls a function on a small fixed input and returns its result.
+        probe: calls a function on a small fixed input and returns its result (a tensor or a
+            tuple of tensors), to compare the candidate with the reference.
         name: the function's name, for the message.
+
+    Returns:
+        A :class:`Resolved`; draw with its ``fn`` and show its ``banner()`` above the widget.
     """
     if candidate is None or candidate is reference:
         return Resolved(reference, "reference", "reference", f"Drawn with the reference `{name}`.")
@@ -82,7 +153,16 @@ def resolve(
             "error",
             f"Your `{name}` raised {type(error).__name__}: {error}. This shows the reference instead.",
         )
-    if _close(got, probe(reference)):
+    agrees = _close(got, probe(reference))
+    if agrees and is_course_solution(candidate):
+        return Resolved(
+            reference,
+            "reference",
+            "preview",
+            f"Preview drawn with the reference `{name}`. Run this cell in your notebook and it is redrawn "
+            f"with your own `{name}`.",
+        )
+    if agrees:
         return Resolved(candidate, "student", "ok", f"Drawn with your own `{name}`.")
     return Resolved(
         candidate,
