@@ -54,6 +54,8 @@ class Progress:
     epoch: int = 0  # the epoch under way (or next to start)
     batches_done: int = 0  # micro-batches of that epoch already trained on (by this rank)
     best: float = float("inf")  # lowest validation loss so far
+    epoch_loss: float = 0.0  # summed token loss of the epoch under way so far
+    epoch_tokens: int = 0  # its target tokens
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one entry per finished epoch
 
 
@@ -155,7 +157,8 @@ def resume_checkpoint(folder: Path, model: EncoderDecoder, optimizer: torch.opti
                       scheduler: Any) -> Progress | None:
     """Load the newest complete checkpoint of the run in ``folder`` into ``model``, ``optimizer``
     and ``scheduler``, restore the RNG states and return where the run stands (None: nothing saved)."""
-    last = _pointer(Path(folder), "last")
+    folder = Path(folder)
+    last = _pointer(folder, "last")
     if last is None:
         return None
     load_model(model, str(last / "model.safetensors"))
@@ -166,7 +169,10 @@ def resume_checkpoint(folder: Path, model: EncoderDecoder, optimizer: torch.opti
     if saved["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(saved["rng_cuda"])
     p = saved["progress"]
-    return Progress(TrainState(**p["state"]), p["epoch"], p["batches_done"], p["best"], p["metrics"])
+    progress = Progress(**{**p, "state": TrainState(**p["state"])})
+    # the log on disk may lag the checkpoint if a crash came between the two: the checkpoint's copy wins
+    atomic_write_text(folder / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in progress.metrics))
+    return progress
 
 
 def export_model(folder: Path, model: EncoderDecoder, meta: dict[str, Any], tokenizers: TokenizerPair,

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="auto", help="auto (cuda > mps > cpu), cpu, cuda, cuda:1, mps (default auto)")
     t.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
     t.add_argument("--max-seconds", type=float, help="stop after this many seconds of training")
+    t.add_argument("--save-every", type=int,
+                   help="also save a checkpoint every N optimizer steps (default: after each epoch)")
     t.add_argument("--epochs", type=int, help="number of passes over the training data")
     t.add_argument("--out", type=Path, required=True, help="checkpoint folder (config, weights, tokenizers, metrics)")
     t.add_argument("--resume", action="store_true",
@@ -79,8 +81,9 @@ def _train(args: argparse.Namespace) -> None:
     from .experiment import default_run, resume_settings, train, with_overrides
 
     overrides = dict(task=args.task, config=args.config, max_steps=args.max_steps, max_seconds=args.max_seconds,
-                     epochs=args.epochs, train_subset=args.train_subset, val_subset=args.val_subset,
-                     max_tokens=args.max_tokens, accum_iter=args.accum_iter, vocab_size=args.vocab_size,
+                     save_every=args.save_every, epochs=args.epochs, train_subset=args.train_subset,
+                     val_subset=args.val_subset, max_tokens=args.max_tokens, accum_iter=args.accum_iter,
+                     vocab_size=args.vocab_size,
                      attention_kernel=args.kernel, seed=args.seed, dropout=args.dropout,
                      shared_vocab=False if args.separate_vocab else None)
     if args.resume and read_run(args.out) is not None:

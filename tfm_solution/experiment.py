@@ -32,7 +32,7 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
 COPY_VOCAB, COPY_LEN = 11, 10
 SAMPLE_SENTENCES = 5  # validation sentences translated (greedy) after every epoch, for the log
 # settings a resumed run may change: how long it goes on
-RESUMABLE = frozenset({"epochs", "max_steps", "max_seconds"})
+RESUMABLE = frozenset({"epochs", "max_steps", "max_seconds", "save_every"})
 
 
 @dataclass
@@ -57,6 +57,7 @@ class RunConfig:
     epochs: int = 20
     max_steps: int | None = None
     max_seconds: float | None = None
+    save_every: int | None = None  # also checkpoint every N optimizer steps (else after each epoch)
     seed: int = 0
     copy_train_size: int = 2000  # fresh random sequences per epoch (copy task)
 
@@ -181,10 +182,15 @@ def train(run: RunConfig, out: Path, device: str = "auto", data_dir: str | Path 
             return (run.max_steps is not None and st.accum_step >= run.max_steps) or (
                 run.max_seconds is not None and time.perf_counter() - start >= run.max_seconds)
 
-        def on_step(st: TrainState, _loss: float) -> bool:
-            nonlocal stop
+        def on_step(st: TrainState, loss: float) -> bool:
+            nonlocal stop, tokens_seen
             at.batches_done = st.step - steps_before + done_before
+            at.epoch_loss += loss * (st.tokens - tokens_seen)  # the epoch's loss survives a resume midway
+            at.epoch_tokens += st.tokens - tokens_seen
+            tokens_seen = st.tokens
             stop = agreed(rank == 0 and limit_reached(st), dev)
+            if run.save_every and st.accum_step % run.save_every == 0 and not stop and rank == 0:
+                save_checkpoint(out, model, optimizer, scheduler, at, is_best=False)
             return stop
 
         metrics: dict[str, Any] = at.metrics[-1] if at.metrics else {}
@@ -194,13 +200,14 @@ def train(run: RunConfig, out: Path, device: str = "auto", data_dir: str | Path 
             train_examples = data.train or copy_examples(run.copy_train_size, COPY_LEN, COPY_VOCAB, gen)
             batches = token_batches(train_examples, run.max_tokens, gen)
             batches = batches[rank: len(batches) - len(batches) % world: world]
-            steps_before, done_before = at.state.step, at.batches_done
+            steps_before, done_before, tokens_seen = at.state.step, at.batches_done, at.state.tokens
             todo = batches[at.batches_done:]
             bar = tqdm(todo, desc=f"epoch {at.epoch}", disable=not progress or rank != 0, leave=False)
             wrapped.train()
-            train_loss, at.state = run_epoch(iterate_batches(train_examples, bar), wrapped, loss_compute, optimizer,
+            _, at.state = run_epoch(iterate_batches(train_examples, bar), wrapped, loss_compute, optimizer,
                                              scheduler, "train", run.accum_iter, at.state, dev, on_step)
             finished = at.batches_done >= len(batches)
+            train_loss = at.epoch_loss / max(at.epoch_tokens, 1)
             model.eval()
             val_loss, _ = run_epoch(iterate_batches(data.val, token_batches(data.val, run.max_tokens)), model,
                                     loss_compute, mode="eval", device=dev)
@@ -217,7 +224,7 @@ def train(run: RunConfig, out: Path, device: str = "auto", data_dir: str | Path 
             is_best = val_loss < at.best
             at.best = min(at.best, val_loss)
             if finished:
-                at.epoch, at.batches_done = at.epoch + 1, 0
+                at.epoch, at.batches_done, at.epoch_loss, at.epoch_tokens = at.epoch + 1, 0, 0.0, 0
             if rank == 0:
                 save_checkpoint(out, model, optimizer, scheduler, at, is_best)
                 if progress:

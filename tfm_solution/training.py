@@ -22,8 +22,8 @@ from .schedule import rate
 
 __all__ = [
     "Batch", "LabelSmoothing", "SimpleLossCompute", "TrainState", "accumulated_step", "accumulation_groups",
-    "autocast", "data_parallel", "distributed_context", "make_optimizer", "rank_device", "rate", "run_epoch", "select_device",
-    "train_with_accumulation",
+    "autocast", "data_parallel", "distributed_context", "make_optimizer", "rank_device", "rate", "run_epoch",
+    "select_device", "train_with_accumulation",
 ]
 
 
