@@ -110,7 +110,13 @@ def _ignores_dropout(q, k, v, mask=None, dropout=None):
     return attention(q, k, v, mask=mask)
 
 
-@pytest.mark.parametrize("mutant", [_missing_scale, _wrong_axis, _mask_after_softmax, _neg_inf, _ignores_dropout])
+def _returns_weights_before_dropout(q, k, v, mask=None, dropout=None):
+    out, _ = attention(q, k, v, mask=mask, dropout=dropout)
+    return out, attention(q, k, v, mask=mask)[1]
+
+
+@pytest.mark.parametrize("mutant", [_missing_scale, _wrong_axis, _mask_after_softmax, _neg_inf, _ignores_dropout,
+                                    _returns_weights_before_dropout])
 def test_visible_attention_tests_fail_on_known_mistakes(mutant):
     _run_visible("ch03-attention", "attention", attention)  # the reference passes them
     with pytest.raises(AssertionError):

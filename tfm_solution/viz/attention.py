@@ -198,7 +198,7 @@ def scale_explorer(
     )
 
 
-MASK_TOKENS = ("<s>", "the", "cat", "sat", "<pad>", "<pad>")
+MASK_TOKENS = ("<s>", "the", "cat", "sat", "<blank>", "<blank>")
 MASK_KINDS = ("no mask", "padding mask", "causal mask", "padding + causal")
 
 
