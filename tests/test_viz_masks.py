@@ -45,7 +45,8 @@ def test_frame_grid_links_both_controls_to_every_frame():
 def test_toy_batch_pads_the_shorter_sentence():
     src, tgt, vocab = ch4.toy_batch((4, 2))
     assert src.shape == (2, 4) and tgt.shape == (2, 6)
-    assert [vocab[i] for i in tgt[1]] == ["<s>", "the", "cat", "</s>", "<pad>", "<pad>"]
+    assert [vocab[i] for i in tgt[1]] == ["<s>", "the", "cat", "</s>", "<blank>", "<blank>"]
+    assert vocab[:4] == ["<s>", "</s>", "<blank>", "<unk>"] and ch4.PAD_ID == 2, "the notes' numbering"
     assert (src[1, 2:] == ch4.PAD_ID).all() and (src[0] != ch4.PAD_ID).all()
 
 
@@ -78,10 +79,35 @@ def test_peek_demo_predictions_change_only_without_the_mask():
     grid = peek_demo(subsequent_mask)
     masked = [row.children[0].value for row in grid.stack.children]
     unmasked = [row.children[1].value for row in grid.stack.children]
-    assert not any("it said" in text for text in masked)
-    assert "it said" not in unmasked[0] and all("it said" in text for text in unmasked[1:])
+    assert not any("with the mask:" in text for text in masked)
+    assert "with the mask:" not in unmasked[0] and all("with the mask:" in text for text in unmasked[1:])
     assert grid.stack.selected_index == 2 and "爱" in masked[2]
     assert "stub" in peek_demo(_stub).children[0].value
+
+
+def _newest_and_earlier_change(n_layers: int, n: int = 3) -> tuple[float, float]:
+    weights = ch4.peek_model(n_layers=n_layers)
+    _, masked = ch4.peek_forward(n, subsequent_mask(n)[0], weights)
+    _, peeking = ch4.peek_forward(n, None, weights)
+    return (peeking[-1] - masked[-1]).abs().max().item(), (peeking[:-1] - masked[:-1]).abs().max().item()
+
+
+def test_one_layer_would_hide_what_peeking_does_to_the_newest_token():
+    newest, earlier = _newest_and_earlier_change(1)
+    assert newest == 0.0 < earlier, "one layer: the newest token sees everything either way"
+    newest, earlier = _newest_and_earlier_change(2)
+    assert newest > 0.1 and earlier > 0.1, "two layers: layer 2 reads the earlier positions' changed vectors"
+    assert ch4.PEEK_LAYERS == 2
+
+
+def test_peeking_flips_the_newest_prediction_of_the_notes_example():
+    """The widget's weights are chosen so that, at <开始> 我 爱, the token generation would use changes."""
+    weights = ch4.peek_model()
+    _, masked = ch4.peek_forward(3, subsequent_mask(3)[0], weights)
+    _, peeking = ch4.peek_forward(3, None, weights)
+    assert masked[-1].argmax() != peeking[-1].argmax()
+    frame = peek_demo(subsequent_mask).stack.children[2].children[1].value
+    assert frame.count("with the mask:") == 3 and "Weights of layer 2 of 2" in frame
 
 
 def test_fill_value_explorer_shows_each_failure_in_its_dtype():

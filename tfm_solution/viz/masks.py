@@ -14,6 +14,7 @@ import ipywidgets as widgets
 import torch
 
 from ..attention import attention
+from ..data import PAD, SPECIALS
 from ..masks import Batch as ReferenceBatch
 from ..masks import masked_softmax as reference_masked_softmax
 from ..masks import subsequent_mask as reference_subsequent_mask
@@ -88,8 +89,8 @@ PAIRS = (
     (("我", "爱", "吃", "红", "苹果"), ("I", "love", "eating", "red", "apples")),
     (("猫", "坐", "在", "垫子", "上"), ("the", "cat", "sat", "on", "mats")),
 )
-SPECIALS = ("<s>", "</s>", "<pad>")
-PAD_ID = 2
+#: The special tokens come first, numbered as in the course's data (and the notes): <blank> = 2 pads.
+PAD_ID = PAD
 
 
 def _vocab() -> list[str]:
@@ -153,7 +154,7 @@ def _batch_frame(batch, vocab: list[str]) -> str:
         parts.append(_grid_html(reference_subsequent_mask(n)[0], tgt_tokens, tgt_tokens, "causal mask"))
         parts.append(_grid_html(batch.tgt_mask[row], tgt_tokens, tgt_tokens, "tgt_mask = padding &amp; causal"))
     parts.append(
-        f"<p>ntokens = {int(batch.ntokens)}: the labels that are not <code>&lt;pad&gt;</code>, "
+        f"<p>ntokens = {int(batch.ntokens)}: the labels that are not <code>&lt;blank&gt;</code> (padding), "
         "the number the loss is divided by.</p></div>"
     )
     return "".join(parts)
@@ -185,15 +186,25 @@ def batch_builder(batch_cls: Callable | None = None, max_words: int = 5) -> Fram
 #: The notes' inference example: the model has produced [<开始>, 我, 爱] and will produce 你.
 PEEK_TOKENS = ("<开始>", "我", "爱", "你")
 PEEK_VOCAB = ("<开始>", "我", "爱", "你", "他", "们", "。", "吃")
+#: Two layers: with one, the newest position sees every token with or without the mask, so its
+#: output cannot change; the second layer reads the earlier positions' vectors, which can.
+PEEK_LAYERS = 2
+#: Weights under which peeking flips the newest token's prediction for <开始> 我 爱 (and 你).
+PEEK_SEED = 43
 
 
-def peek_model(seed: int = 4, d: int = 8) -> dict[str, torch.Tensor]:
-    """The weights of a tiny, untrained one-layer decoder: embeddings, positions, Q/K/V maps, read-out."""
+def peek_model(seed: int = PEEK_SEED, d: int = 8, n_layers: int = PEEK_LAYERS) -> dict[str, torch.Tensor]:
+    """The weights of a tiny, untrained decoder of ``n_layers`` self-attention layers.
+
+    Returns:
+        ``embed`` ``(len(PEEK_VOCAB), d)``, ``position`` ``(len(PEEK_TOKENS), d)``, ``wq``/``wk``/``wv``
+        ``(n_layers, d, d)`` and the read-out ``out`` ``(d, len(PEEK_VOCAB))``, all float64.
+    """
     g = torch.Generator().manual_seed(seed)
     return {
         "embed": torch.randn(len(PEEK_VOCAB), d, generator=g, dtype=torch.float64),
         "position": 0.5 * torch.randn(len(PEEK_TOKENS), d, generator=g, dtype=torch.float64),
-        **{name: torch.randn(d, d, generator=g, dtype=torch.float64) / d**0.5 for name in ("wq", "wk", "wv")},
+        **{name: torch.randn(n_layers, d, d, generator=g, dtype=torch.float64) / d**0.5 for name in ("wq", "wk", "wv")},
         "out": torch.randn(d, len(PEEK_VOCAB), generator=g, dtype=torch.float64),
     }
 
@@ -201,18 +212,20 @@ def peek_model(seed: int = 4, d: int = 8) -> dict[str, torch.Tensor]:
 def peek_forward(
     n: int, mask: torch.Tensor | None, weights: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the tiny decoder on the first ``n`` tokens of ``PEEK_TOKENS``.
+    """Run the tiny decoder on the first ``n`` tokens of ``PEEK_TOKENS``; each layer is ``x + attention(x)``.
 
     Returns:
-        ``(p_attn, logits)``: weights ``(n, n)`` and next-token scores ``(n, len(PEEK_VOCAB))``.
+        ``(p_attn, logits)``: the last layer's weights ``(n, n)`` and next-token scores ``(n, len(PEEK_VOCAB))``.
     """
     ids = torch.tensor([PEEK_VOCAB.index(t) for t in PEEK_TOKENS[:n]])
     x = weights["embed"][ids] + weights["position"][:n]
-    out, p_attn = attention(x @ weights["wq"], x @ weights["wk"], x @ weights["wv"], mask=mask)
-    return p_attn, (x + out) @ weights["out"]
+    for wq, wk, wv in zip(weights["wq"], weights["wk"], weights["wv"], strict=True):
+        out, p_attn = attention(x @ wq, x @ wk, x @ wv, mask=mask)
+        x = x + out
+    return p_attn, x @ weights["out"]
 
 
-def _peek_frame(n: int, masked: bool, p_attn: torch.Tensor, logits: torch.Tensor, alone: list[int]) -> str:
+def _peek_frame(n: int, masked: bool, p_attn: torch.Tensor, logits: torch.Tensor, trained: list[int]) -> str:
     tokens = PEEK_TOKENS[:n]
     head = "".join(f"<th style='font-weight:normal;padding:0 4px'>{html.escape(t)}</th>" for t in tokens)
     rows = []
@@ -223,16 +236,17 @@ def _peek_frame(n: int, masked: bool, p_attn: torch.Tensor, logits: torch.Tensor
             for j in range(n)
         )
         now = int(logits[i].argmax())
-        changed = now != alone[i]
-        verdict = (f'<span style="color:#b91c1c"><b>{html.escape(PEEK_VOCAB[now])}</b> (it said '
-                   f'{html.escape(PEEK_VOCAB[alone[i]])} when it was the newest token)</span>' if changed
+        changed = now != trained[i]
+        verdict = (f'<span style="color:#b91c1c"><b>{html.escape(PEEK_VOCAB[now])}</b> (with the mask: '
+                   f'{html.escape(PEEK_VOCAB[trained[i]])})</span>' if changed
                    else f"{html.escape(PEEK_VOCAB[now])} (unchanged)")
         rows.append(f"<tr><th style='font-weight:normal;text-align:right;padding-right:4px'>{html.escape(t)}</th>"
                     f"{cells}<td style='padding-left:12px'>{verdict}</td></tr>")
     state = "with the causal mask" if masked else "<b>without</b> a mask: earlier tokens see later ones"
     return (
         '<div style="font-family:sans-serif;font-size:13px;line-height:1.35">'
-        f"<p>Input: {' '.join(html.escape(t) for t in tokens)} ({n} token{'s' if n > 1 else ''}), {state}.</p>"
+        f"<p>Input: {' '.join(html.escape(t) for t in tokens)} ({n} token{'s' if n > 1 else ''}), {state}. "
+        f"Weights of layer {PEEK_LAYERS} of {PEEK_LAYERS}.</p>"
         '<table style="border-collapse:collapse"><tr><th></th>'
         f"{head}<th style='text-align:left;padding-left:12px'>predicted next token</th></tr>{''.join(rows)}</table>"
         "</div>"
@@ -243,12 +257,14 @@ def _peek_probe(fn: Callable) -> torch.Tensor:
     return fn(5)
 
 
-def peek_demo(subsequent_mask_fn: Callable | None = None, seed: int = 4) -> FrameGrid:
-    """Feed the prefix one token at a time, with and without the causal mask; watch old predictions.
+def peek_demo(subsequent_mask_fn: Callable | None = None, seed: int = PEEK_SEED) -> FrameGrid:
+    """Feed the prefix one token at a time, with and without the causal mask; compare the predictions.
 
     With the mask, position ``i`` computes the same output whatever comes after it, so its
     prediction never changes as the prefix grows. Without it, earlier positions see later
-    tokens, their outputs change, and a model trained with the mask meets inputs it never saw.
+    tokens and their vectors change; in the second layer even the newest position reads those
+    changed vectors, so the prediction that generation uses changes too. Red marks every
+    prediction that differs from the masked run's.
 
     Args:
         subsequent_mask_fn: the student's ``subsequent_mask(size)``; ``None`` draws with the reference.
@@ -257,13 +273,14 @@ def peek_demo(subsequent_mask_fn: Callable | None = None, seed: int = 4) -> Fram
     used = resolve(subsequent_mask_fn, reference_subsequent_mask, _peek_probe, "subsequent_mask")
     weights = peek_model(seed)
     n_max = len(PEEK_TOKENS)
-    # What each position predicts at the moment it is the newest token (the same with or without mask).
-    alone = [int(peek_forward(i + 1, None, weights)[1][i].argmax()) for i in range(n_max)]
+    # What the model computes with the mask, as in training: position i's prediction is the same
+    # for every prefix that contains it, so one run on the whole sequence gives all of them.
+    trained = peek_forward(n_max, reference_subsequent_mask(n_max)[0], weights)[1].argmax(-1).tolist()
 
     def render(n: int, unmasked: int) -> str:
         mask = None if unmasked else used.fn(n + 1)[0]
         p_attn, logits = peek_forward(n + 1, mask, weights)
-        return _peek_frame(n + 1, not unmasked, p_attn, logits, alone)
+        return _peek_frame(n + 1, not unmasked, p_attn, logits, trained)
 
     tokens = widgets.SelectionSlider(options=[" ".join(PEEK_TOKENS[: i + 1]) for i in range(n_max)],
                                      index=n_max - 2, description="fed so far", style={"description_width": "initial"},
@@ -337,7 +354,7 @@ def fill_value_explorer(masked_softmax_fn: Callable | None = None) -> widgets.VB
     """
     used = resolve(masked_softmax_fn, reference_masked_softmax,
                    lambda fn: fn(torch.tensor(FILL_SCORES), torch.tensor(FILL_MASK)), "masked_softmax")
-    mine = "your masked_softmax" if used.source == "student" else "masked_softmax  (the reference)"
+    mine = "your masked_softmax" if used.yours else "masked_softmax  (the reference)"
     methods = [*FILL_METHODS, (mine, used.fn)]
     frames = [_fill_frame(dt, [(name, fill_outcome(fn, dt)) for name, fn in methods]) for dt in FILL_DTYPES]
     control = widgets.ToggleButtons(options=[str(dt).removeprefix("torch.") for dt in FILL_DTYPES],
