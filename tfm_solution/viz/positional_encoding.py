@@ -93,7 +93,8 @@ def _circle_frame(pe: torch.Tensor, pos: int, pairs: tuple[int, ...]) -> bytes:
         ax.set_ylabel(f"dim {2 * i + 1} (cos)", fontsize=8)
         ax.set_title(f"pair {i}: {math.degrees(float(omega[i])):.1f}° per step", fontsize=9)
         ax.tick_params(labelsize=7)
-    fig.suptitle(f"position {pos}: each pair is a point on the unit circle, turned by pos x ω_i", fontsize=9)
+    fig.suptitle(f"position {pos}, d_model = {d_model}: each pair is a point on the unit circle, turned by pos x ω_i",
+                 fontsize=9)
     fig.tight_layout()
     return figure_png(fig)
 
