@@ -150,8 +150,8 @@ def test_pip_install_alone_runs_every_chapter_with_its_widgets(tmp_path):
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
     for name in _NOT_INSTALLED:
         assert not list(Path(site).glob(f"{name}")) and not list(Path(site).glob(f"{name}-*.dist-info")), name
-    shipped = {p.relative_to(REPO / "tfm_solution") for p in (REPO / "tfm_solution" / "assets").rglob("*")
-               if p.suffix in {".json", ".safetensors", ".jsonl", ".md"}} if (REPO / "tfm_solution" / "assets").exists() else set()
+    assets = REPO / "tfm_solution" / "assets"
+    shipped = {p.relative_to(assets.parent) for p in assets.rglob("*") if p.suffix in {".json", ".safetensors", ".jsonl", ".md"}}
     installed = {p.relative_to(Path(site) / "tfm_solution") for p in (Path(site) / "tfm_solution").rglob("*")}
     assert shipped <= installed, f"package data missing from the install: {sorted(map(str, shipped - installed))}"
 
@@ -170,8 +170,8 @@ def test_pip_install_alone_runs_every_chapter_with_its_widgets(tmp_path):
                                               cwd=tmp_path, env=env) if group else "", halves)
         reports = [json.loads(line) for out in outputs for line in out.splitlines() if line.startswith("{")]
     timings["notebooks"] = round(time.time() - start - timings["install"], 1)
-    print(f"\nfresh install: {timings['install']} s; {len(reports)} notebooks: {timings['notebooks']} s "
-          f"({', '.join(f'{r['notebook']} {r['seconds']} s' for r in reports)})")
+    each = ", ".join(f"{r['notebook']} {r['seconds']} s" for r in reports)
+    print(f"\nfresh install: {timings['install']} s; {len(reports)} notebooks: {timings['notebooks']} s ({each})")
 
     assert sorted(r["notebook"] for r in reports) == sorted(p.name for p in SOLUTIONS)
     for report in reports:
