@@ -1,0 +1,359 @@
+"""A decoding engine over the model's weights: the same tokens as ``decoding``, fewer and cheaper kernels.
+
+At batch 1 a cached decoding step is about fifty matrix-vector products that each stream a weight
+matrix from memory; PyTorch's CPU kernel for ``F.linear`` reads an ``(out, in)`` weight well below
+the memory bandwidth, and ``x @ W_t`` with the weight stored ``(in, out)`` reads it faster. So the
+engine keeps, built once and rebuilt when the model's parameters change:
+
+* each decoder layer's Q/K/V projections as one ``(d_model, 3 d_model)`` matrix, and its other
+  projections, transposed; the generator's projection transposed; the target embedding pre-scaled;
+* the cross-attention K/V projections of all layers as one matrix, applied to the encoder memory
+  once per sentence; the cross-attention's additive mask, built once per sentence;
+* a preallocated self-attention cache ``StaticKVCache`` with a length pointer (the notes' §7.5),
+  in place of the concatenation that ``kv_cache.KVCache`` does at every step.
+
+It computes as the model does in eval mode (no dropout), with either LayerNorm flavour and either
+norm position. ``greedy_decode``, ``sample`` and ``beam_search`` take the arguments of the functions
+of the same name in ``tfm_solution.decoding`` (without ``model`` and ``use_cache``) and give the
+same tokens.
+
+    engine = InferenceEngine(model)
+    ys = engine.greedy_decode(src, src_mask, max_len=60, start_symbol=BOS, end_symbol=EOS)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import mask_fill_value
+from ..data import PAD
+from ..decoding import Hypothesis, beam_step, length_penalty, sample_token
+from ..encoder_decoder import EncoderDecoder
+from .forward import Projection, additive_mask, encode, fuse
+from .layer_norm import apply_norm, layer_norm
+
+
+class Transposed(NamedTuple):
+    """A linear map stored for ``torch.addmm(bias, x, weight_t)``: weight ``(in, out)``, bias ``(out,)``."""
+
+    weight_t: torch.Tensor
+    bias: torch.Tensor
+
+    @classmethod
+    def of(cls, proj: Projection, dtype: torch.dtype) -> "Transposed":
+        return cls(proj.weight.detach().t().to(dtype).contiguous(), proj.bias.detach().to(dtype))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x, self.weight_t)
+
+
+class StepLayer(NamedTuple):
+    """One decoder layer's projections and its three sublayers' LayerNorms (in the step's dtype)."""
+
+    norms: list[nn.Module]
+    qkv: Transposed
+    self_out: Transposed
+    cross_q: Transposed
+    cross_out: Transposed
+    w_1: Transposed
+    w_2: Transposed
+
+
+class Frozen(NamedTuple):
+    """Everything the engine derives from the parameters (see the module docstring)."""
+
+    encoder_qkv: list[Projection]
+    cross_kv: Projection
+    layers: list[StepLayer]
+    final_norm: nn.Module
+    generator: Transposed
+    embedding: torch.Tensor  # (vocab, d_model), already multiplied by sqrt(d_model)
+
+
+def freeze(model: EncoderDecoder, dtype: torch.dtype) -> Frozen:
+    """Derive the engine's weights from ``model``, those of the decoding step in ``dtype``."""
+
+    def t(*linears) -> Transposed:
+        return Transposed.of(fuse(linears), dtype)
+
+    def norm(module: nn.Module) -> nn.Module:
+        return module if module.a_2.dtype == dtype else copy.deepcopy(module).to(dtype)
+
+    with torch.no_grad():
+        layers = [StepLayer([norm(conn.norm) for conn in layer.sublayer],
+                            t(*layer.self_attn.linears[:3]), t(layer.self_attn.linears[3]),
+                            t(layer.src_attn.linears[0]), t(layer.src_attn.linears[3]),
+                            t(layer.feed_forward.w_1), t(layer.feed_forward.w_2)) for layer in model.decoder.layers]
+        embed = model.tgt_embed[0]
+        return Frozen(
+            [fuse(layer.self_attn.linears[:3]) for layer in model.encoder.layers],
+            fuse([lin for layer in model.decoder.layers for lin in layer.src_attn.linears[1:3]]),
+            layers,
+            model.decoder.norm if isinstance(model.decoder.norm, nn.Identity) else norm(model.decoder.norm),
+            t(model.generator.proj),
+            (embed.lut.weight * math.sqrt(embed.d_model)).to(dtype),
+        )
+
+
+class StaticKVCache:
+    """Self-attention keys and values of every layer in one preallocated tensor, with a length pointer.
+
+    ``kv`` has shape ``(layers, 2, batch, heads, max_len, d_k)``: the notes' ``[2, b, h, s, d_h]``
+    (K and V stacked) for each layer, allocated once for the longest output. A step writes
+    position ``length`` of every layer, then ``length`` moves on by one.
+    """
+
+    def __init__(self, layers: int, batch: int, heads: int, max_len: int, d_k: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        self.kv = torch.zeros(layers, 2, batch, heads, max_len, d_k, dtype=dtype, device=device)
+        self.length = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` of the filled positions (beams follow their parents)."""
+        filled = self.kv[:, :, :, :, : self.length]
+        filled.copy_(filled.index_select(2, index))
+
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+
+def write_kv(kv: torch.Tensor, layer: int, new: torch.Tensor, pos: int | torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Store ``new`` ``(2, batch, heads, d_k)`` at position ``pos`` of ``layer`` in a
+    ``StaticKVCache.kv``; return the keys and values to attend to, each ``(batch, heads, n, d_k)``.
+
+    An ``int`` position returns the filled prefix (``n = pos + 1``, a view). A tensor position
+    ``(1,)`` keeps every shape the same from step to step, as ``torch.compile`` wants: it returns
+    all ``max_len`` positions, and the caller masks those after ``pos``.
+    """
+    if isinstance(pos, int):
+        kv[layer, :, :, :, pos] = new
+        filled = kv[layer, :, :, :, : pos + 1]
+        return filled[0], filled[1]
+    kv[layer].index_copy_(3, pos, new.unsqueeze(3))
+    return kv[layer, 0], kv[layer, 1]
+
+
+@dataclass
+class DecodeState:
+    """One batch being decoded: its self-attention cache, and the cross-attention keys and values
+    ``(layers, 2, batch, heads, src_len, d_k)`` and additive mask ``(batch, 1, 1, src_len)``."""
+
+    cache: StaticKVCache
+    cross_kv: torch.Tensor
+    cross_mask: torch.Tensor
+
+
+def _check(max_len: int, src: torch.Tensor, src_mask: torch.Tensor) -> None:
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    if src.dim() != 2 or src_mask.shape != (src.size(0), 1, src.size(1)):
+        raise ValueError(f"src must be (batch, len) and src_mask (batch, 1, len); got {tuple(src.shape)}, "
+                         f"{tuple(src_mask.shape)}")
+
+
+class InferenceEngine:
+    """Fast eval-mode decoding of ``model`` (see the module docstring).
+
+    Args:
+        model: the ``EncoderDecoder`` whose weights are read (never modified).
+        dtype: the decoding step's weights and activations, e.g. ``torch.bfloat16`` (half the
+            bytes to read per token; the numbers, and maybe the tokens, differ); default: the model's.
+            The encoder always runs in the model's own dtype.
+        fixed_shape: attend over the whole preallocated cache, masking the positions not yet
+            decoded, so that every step has the same shapes (what ``compile`` needs); the same numbers.
+    """
+
+    def __init__(self, model: EncoderDecoder, dtype: torch.dtype | None = None, fixed_shape: bool = False) -> None:
+        self.model = model
+        self.dtype = dtype
+        self.fixed_shape = fixed_shape
+        self.cache_len = 0
+        self._frozen: Frozen | None = None
+        self._signature: list[tuple[torch.Tensor, int, int]] = []
+
+    def weights(self) -> Frozen:
+        """The derived weights, rebuilt first if any parameter was replaced or changed in place
+        (an optimizer step, ``load_state_dict``, ``.to()``) since they were built.
+
+        Writes through ``param.data`` bypass the version counters that tell: call ``invalidate()``
+        after those."""
+        current = [(p, p._version, p.data_ptr()) for p in self.model.parameters()]
+        if self._frozen is None or len(current) != len(self._signature) or any(
+                p is not q or v != w or a != c for (p, v, a), (q, w, c) in zip(current, self._signature)):
+            self._frozen = freeze(self.model, self.dtype or current[0][0].dtype)
+            self._signature = current
+        return self._frozen
+
+    def invalidate(self) -> None:
+        """Forget the derived weights; the next ``start`` rebuilds them from the parameters."""
+        self._frozen = None
+
+    @torch.no_grad()
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor, steps: int) -> DecodeState:
+        """Encode ``src`` ``(batch, src_len)`` and prepare ``steps`` decoding steps."""
+        model, w = self.model, self.weights()
+        if model.training:
+            raise ValueError("the engine decodes as the model does in eval mode: call model.eval() first")
+        layer = model.decoder.layers[0].self_attn
+        pe = model.tgt_embed[1].pe
+        if steps > pe.size(1):
+            raise ValueError(f"{steps} steps exceed the positional table (max_len={pe.size(1)})")
+        memory = encode(model, src, src_mask, w.encoder_qkv)
+        dtype = w.embedding.dtype
+        b, s, _ = memory.shape
+        kv = F.linear(memory, w.cross_kv.weight, w.cross_kv.bias).to(dtype)
+        kv = kv.view(b, s, len(w.layers), 2, layer.h, layer.d_k).permute(2, 3, 0, 4, 1, 5).contiguous()
+        cache = StaticKVCache(len(w.layers), b, layer.h, max(steps, self.cache_len, 1), layer.d_k, dtype,
+                              memory.device)
+        return DecodeState(cache, kv, additive_mask(src_mask, dtype))
+
+    @torch.no_grad()
+    def step(self, state: DecodeState, token: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities ``(batch, vocab)`` (float32) of the token after ``token`` ``(batch,)``,
+        the token at position ``state.cache.length``; the cache advances by one."""
+        cache = state.cache
+        if cache.length >= cache.kv.size(4):
+            raise ValueError(f"the cache holds {cache.kv.size(4)} positions; all are filled")
+        pos = torch.tensor([cache.length], device=token.device) if self.fixed_shape else cache.length
+        log_probs = self._step(token, pos, cache.kv, state.cross_kv, state.cross_mask)
+        cache.length += 1
+        return log_probs
+
+    def _step(self, token: torch.Tensor, pos: int | torch.Tensor, kv: torch.Tensor, cross_kv: torch.Tensor,
+              cross_mask: torch.Tensor) -> torch.Tensor:
+        """The decoding step as a function of tensors only (what ``compile`` compiles); ``pos`` as
+        in ``write_kv``."""
+        model, w = self.model, self._frozen
+        h = model.decoder.layers[0].self_attn.h
+        x = w.embedding[token] + model.tgt_embed[1].pe[0, pos].to(w.embedding.dtype)
+        b = x.size(0)
+        self_mask = None
+        if not isinstance(pos, int):  # hide the positions after pos from the fixed-length cache
+            later = torch.arange(kv.size(4), device=kv.device).view(1, -1) > pos
+            self_mask = torch.zeros(later.shape, dtype=kv.dtype, device=kv.device).masked_fill(
+                later, mask_fill_value(kv.dtype))
+        for i, (layer, lw) in enumerate(zip(model.decoder.layers, w.layers)):
+
+            def self_attention(y: torch.Tensor) -> torch.Tensor:
+                qkv = lw.qkv(y).view(b, 3, h, -1)
+                k, v = write_kv(kv, i, qkv[:, 1:].transpose(0, 1), pos)
+                out = F.scaled_dot_product_attention(qkv[:, :1].transpose(1, 2), k, v, attn_mask=self_mask)
+                return lw.self_out(out.reshape(b, -1))
+
+            def cross_attention(y: torch.Tensor) -> torch.Tensor:
+                q = lw.cross_q(y).view(b, h, 1, -1)
+                out = F.scaled_dot_product_attention(q, cross_kv[i, 0], cross_kv[i, 1], attn_mask=cross_mask)
+                return lw.cross_out(out.reshape(b, -1))
+
+            post = layer.sublayer[0].norm_position == "post"
+            x = _residual(post, lw.norms[0], x, self_attention)
+            x = _residual(post, lw.norms[1], x, cross_attention)
+            x = _residual(post, lw.norms[2], x, lambda y: lw.w_2(lw.w_1(y).relu_()))
+        return w.generator(apply_norm(x, w.final_norm)).float().log_softmax(-1)
+
+    def compile(self, cache_len: int = 0, **options) -> None:
+        """Run the step through ``torch.compile(dynamic=False, **options)`` with fixed shapes: each
+        new batch size, source length or cache length compiles once, then steps reuse it.
+        ``cache_len``: give every cache at least that many positions, so that one compilation
+        serves every output length up to it."""
+        self.fixed_shape = True
+        self.cache_len = cache_len
+        self._step = torch.compile(self._step, dynamic=False, **options)
+
+    def _autoregress(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
+                     end_symbol: int | None, pad: int, choose: Callable[[torch.Tensor], torch.Tensor]
+                     ) -> torch.Tensor:
+        """The loop of greedy search and sampling; ``choose(log_probs) -> (batch,)`` picks each token."""
+        _check(max_len, src, src_mask)
+        state = self.start(src, src_mask, max_len - 1)
+        ys = torch.full((src.size(0), max_len), pad, dtype=torch.long, device=src.device)
+        ys[:, 0] = start_symbol
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for t in range(max_len - 1):
+            nxt = choose(self.step(state, ys[:, t])).masked_fill(done, pad)  # a finished sequence only pads
+            ys[:, t + 1] = nxt
+            if end_symbol is not None:
+                done |= nxt == end_symbol
+                if bool(done.all()):
+                    return ys[:, : t + 2]
+        return ys
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
+                      end_symbol: int | None = None, pad: int = PAD) -> torch.Tensor:
+        """``decoding.greedy_decode`` with this engine: ``(batch, src_len) -> (batch, <= max_len)`` ids."""
+        return self._autoregress(src, src_mask, max_len, start_symbol, end_symbol, pad, lambda lp: lp.argmax(-1))
+
+    @torch.no_grad()
+    def sample(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
+               end_symbol: int | None = None, pad: int = PAD, temperature: float = 1.0, top_k: int | None = None,
+               top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``decoding.sample`` with this engine; the same seeded ``generator`` draws the same tokens."""
+        return self._autoregress(src, src_mask, max_len, start_symbol, end_symbol, pad,
+                                 lambda lp: sample_token(lp, temperature, top_k, top_p, generator))
+
+    @torch.no_grad()
+    def beam_search(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
+                    end_symbol: int, beam_size: int = 4, alpha: float = 0.6, n_best: int = 1
+                    ) -> list[list[Hypothesis]]:
+        """``decoding.beam_search`` with this engine: each sentence's ``n_best`` hypotheses, best first."""
+        _check(max_len, src, src_mask)
+        if beam_size < 1 or not 1 <= n_best <= beam_size:
+            raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0 (a negative penalty rewards short outputs), got {alpha}")
+        batch, k, device = src.size(0), beam_size, src.device
+        # Each sentence's k rows share its source, so the cross-attention state is expanded once
+        # and never reordered: a beam's parent is always a row of the same sentence.
+        expand = torch.arange(batch, device=device).repeat_interleave(k)
+        state = self.start(src.index_select(0, expand), src_mask.index_select(0, expand), max_len - 1)
+        ys = torch.full((batch * k, max_len), start_symbol, dtype=torch.long, device=device)
+        scores = torch.full((batch, k), -math.inf, dtype=torch.float64, device=device)
+        scores[:, 0] = 0.0  # the k beams start identical: expand only the first
+        finished = torch.zeros(batch, k, dtype=torch.bool, device=device)
+        offsets = torch.arange(batch, device=device).unsqueeze(1) * k
+        t = 0
+        while t < max_len - 1:
+            log_probs = self.step(state, ys[:, t]).double().view(batch, k, -1)
+            frozen = torch.full_like(log_probs[0, 0], -math.inf)
+            frozen[end_symbol] = 0.0  # a finished beam can only repeat its end symbol, at no cost
+            log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
+            scores, parents, tokens = beam_step(scores, log_probs, k)
+            rows = (parents + offsets).view(-1)
+            finished = finished.gather(1, parents) | (tokens == end_symbol)
+            state.cache.reorder(rows)
+            ys[:, : t + 1] = ys[:, : t + 1].index_select(0, rows)
+            ys[:, t + 1] = tokens.view(-1)
+            t += 1
+            if bool((finished | scores.isneginf()).all()):
+                break
+        results = []
+        for b in range(batch):
+            hyps = []
+            for j in range(k):
+                if scores[b, j] == -math.inf:
+                    continue  # an empty slot: fewer possible outputs than beams
+                seq = ys[b * k + j, : t + 1].tolist()
+                if end_symbol in seq[1:]:
+                    seq = seq[: seq.index(end_symbol, 1) + 1]
+                log_prob = float(scores[b, j])
+                hyps.append(Hypothesis(seq, log_prob, log_prob / length_penalty(len(seq) - 1, alpha)))
+            results.append(sorted(hyps, key=lambda hyp: hyp.score, reverse=True)[:n_best])
+        return results
+
+
+def _residual(post: bool, norm: nn.Module, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]
+              ) -> torch.Tensor:
+    """``SublayerConnection`` at eval time (no dropout); ``fn``'s fresh output takes the sum in place."""
+    if post:
+        return layer_norm(fn(x).add_(x), norm)
+    return fn(layer_norm(x, norm)).add_(x)
