@@ -1,21 +1,24 @@
 """The KV cache: cached decoding equals uncached decoding (tokens and logits) on padded batches,
-for greedy search, beam search and sampling; its byte formula matches the allocated tensors."""
+for greedy search, beam search and sampling, with a growing or a preallocated cache; one cached
+self-attention step equals the last row of full causal attention; the byte formula matches the
+allocated tensors."""
 
 import pytest
 import torch
 
-from tfm_solution import make_model
+from tfm_solution import MultiHeadedAttention, make_model, subsequent_mask
+from tfm_solution.data import BOS, EOS, PAD
 from tfm_solution.decoding import IncrementalDecoder, beam_search, greedy_decode, sample
-from tfm_solution.kv_cache import KVCache, decode_step, kv_cache_bytes
+from tfm_solution.kv_cache import CachedSelfAttention, KVCache, cached_self_attention, decode_step, kv_cache_bytes
 
 pytestmark = pytest.mark.fast
 
-V, PAD, BOS, EOS = 13, 0, 1, 2
+V = 13
 
 
 def padded_source(batch=3, length=7, seed=1):
     g = torch.Generator().manual_seed(seed)
-    src = torch.randint(3, V, (batch, length), generator=g)
+    src = torch.randint(4, V, (batch, length), generator=g)
     for row, keep in enumerate([length, length - 3, 2][:batch]):
         src[row, keep:] = PAD  # rows of different true lengths
     return src, (src != PAD).unsqueeze(-2)
@@ -39,6 +42,50 @@ def test_cached_step_logits_match_full_prefix_decoding(model):
             torch.testing.assert_close(lp, full[:, -1], atol=1e-5, rtol=0)
             ys = torch.cat([ys, lp.argmax(-1, keepdim=True)], dim=1)
     assert cached.cache.length == 12
+
+
+@pytest.mark.parametrize("capacity", [None, 20])
+def test_preallocated_cache_decodes_like_the_growing_one(model, capacity):
+    src, src_mask = padded_source()
+    plain = IncrementalDecoder(model, src, src_mask, use_cache=False)
+    cached = IncrementalDecoder(model, src, src_mask, use_cache=True, capacity=capacity)
+    ys = torch.full((3, 1), BOS)
+    with torch.no_grad():
+        for _ in range(12):
+            lp = cached.step(ys)
+            torch.testing.assert_close(lp, plain.step(ys), atol=1e-5, rtol=0)
+            ys = torch.cat([ys, lp.argmax(-1, keepdim=True)], dim=1)
+    held = [lc.self_k.size(2) for lc in cached.cache.layers]
+    assert held == [capacity or 12] * 2  # a preallocated buffer keeps its size; the fill is `length`
+    assert all(lc.length == 12 for lc in cached.cache.layers)
+
+
+def test_preallocated_cache_refuses_to_overflow(model):
+    src, src_mask = padded_source()
+    cache = KVCache.from_memory(model, model.encode(src, src_mask), capacity=2)
+    with torch.no_grad(), pytest.raises(ValueError, match="holds 2 positions"):
+        for _ in range(3):
+            decode_step(model, torch.full((3, 1), BOS), src_mask, cache)
+
+
+@pytest.mark.parametrize("kernel", ["matmul", "sdpa"])
+def test_cached_self_attention_is_the_last_row_of_causal_attention(kernel):
+    torch.manual_seed(0)
+    attn = MultiHeadedAttention(4, 32, dropout=0.0, kernel=kernel).eval()
+    y = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        full = attn(y, y, y, subsequent_mask(6))  # oracle: every prefix at once, causal mask
+        k = v = None
+        for t in range(6):
+            out, k, v = cached_self_attention(attn, y[:, t: t + 1], k, v)
+            assert out.shape == (2, 1, 32) and k.shape == v.shape == (2, 4, t + 1, 8)
+            torch.testing.assert_close(out[:, 0], full[:, t], atol=1e-5, rtol=0)
+        # the cache holds exactly the projections of the whole prefix
+        torch.testing.assert_close(k, attn.split_heads(attn.linears[1](y)), atol=1e-6, rtol=0)
+        module = CachedSelfAttention(4, 32, dropout=0.0, kernel=kernel).eval()
+        module.load_state_dict(attn.state_dict())
+        again = module(y[:, :1])
+        torch.testing.assert_close(again[0], cached_self_attention(attn, y[:, :1])[0])
 
 
 def test_greedy_cached_equals_uncached(model):
@@ -101,6 +148,11 @@ def test_cache_bytes_formula_matches_allocation(dtype):
     assert cache.nbytes() == expected
     # by hand: K and V, 3 layers, (2 x 6 x (6 + 5) x 8) numbers each, at 4 or 2 bytes
     assert expected == 2 * 3 * 2 * 6 * 11 * 8 * (4 if dtype == torch.float32 else 2)
+
+
+def test_cache_bytes_takes_bytes_per_number():
+    assert kv_cache_bytes(1, 2, 4, 8, 10, 2) == kv_cache_bytes(1, 2, 4, 8, 10, torch.float16) == 2 * 2 * 4 * 8 * 10 * 2
+    assert kv_cache_bytes(1, 32, 8, 128, 4096, 0.5) == 2 * 32 * 8 * 128 * 4096 // 2  # a 4-bit cache
 
 
 def test_position_beyond_table_is_a_clear_error():
