@@ -1,5 +1,6 @@
 """Decoding strategies against independent oracles: exhaustive search, hand-built top-k/top-p
-sets, a float64 shaped distribution with a chi-square test, and greedy search itself."""
+sets, a float64 shaped distribution with a chi-square test, and greedy search itself.
+Special ids are the notes' (``<s>`` 0, ``</s>`` 1, ``<blank>`` 2), from ``tfm_solution.data``."""
 
 import itertools
 import math
@@ -8,12 +9,11 @@ import pytest
 import torch
 
 from tfm_solution import make_model
-from tfm_solution.decoding import (beam_search, greedy_decode, length_penalty, sample, sample_token,
-                                   shape_logits)
+from tfm_solution.data import BOS, EOS, PAD
+from tfm_solution.decoding import (beam_search, beam_step, greedy_decode, length_penalty, sample, sample_token,
+                                   shape_logits, top_k_top_p_filter)
 
 pytestmark = pytest.mark.fast
-
-PAD, BOS, EOS = 0, 1, 2
 
 
 def tiny_model(vocab=9, seed=0, flat=False):
@@ -52,16 +52,22 @@ def test_greedy_stops_each_sequence_at_its_end_symbol():
     assert out.size(1) <= 12
 
 
-@pytest.mark.parametrize("eos", range(2, 9))
-def test_beam_size_one_is_greedy(eos):
-    # Every token in turn plays the end symbol, so that it is often the runner-up of a step.
-    model = tiny_model(flat=True)
-    src, src_mask = source()
-    greedy = greedy_decode(model, src, src_mask, 10, BOS, eos, PAD)
-    beams = beam_search(model, src, src_mask, 10, BOS, eos, beam_size=1, alpha=0.0)
-    for row, hyps in zip(greedy.tolist(), beams):
-        tokens = hyps[0].tokens
-        assert row[: len(tokens)] == tokens and all(t == PAD for t in row[len(tokens):])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_size_one_is_greedy_for_every_length_penalty(alpha):
+    # Every token in turn plays the end symbol, so that it is often the runner-up of a step; with
+    # alpha > 0 a finished beam must not lose its one place to a longer runner-up.
+    src, src_mask = source(batch=4)
+    src_mask = src_mask.expand(4, 1, 5)
+    for seed in range(3):
+        model = tiny_model(flat=True, seed=seed)
+        for eos in range(9):
+            if eos == BOS:
+                continue
+            greedy = greedy_decode(model, src, src_mask, 20, BOS, eos, PAD)
+            beams = beam_search(model, src, src_mask, 20, BOS, eos, beam_size=1, alpha=alpha)
+            for row, hyps in zip(greedy.tolist(), beams):
+                tokens = hyps[0].tokens
+                assert row[: len(tokens)] == tokens and all(t == PAD for t in row[len(tokens):]), (seed, eos)
 
 
 def sequence_log_prob(model, src, src_mask, tokens):
@@ -87,10 +93,41 @@ def test_beam_search_equals_exhaustive_search(alpha, seed):
                 score = sequence_log_prob(model, src, src_mask, tokens)
             candidates.append((score / ((5 + n) / 6) ** alpha, tokens))
     candidates.sort(reverse=True)
-    hyps = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=128, alpha=alpha, n_best=3)[0]
+    assert len(candidates) == 1 + 4 + 16 + 4 ** 3 * 5  # 341 possible outputs: a beam of 512 holds them all
+    hyps = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=512, alpha=alpha, n_best=3)[0]
     assert [h.tokens for h in hyps] == [c[1] for c in candidates[:3]]
     torch.testing.assert_close(torch.tensor([h.score for h in hyps]),
                                torch.tensor([c[0] for c in candidates[:3]]), atol=1e-5, rtol=0)
+
+
+def test_beam_step_keeps_the_best_candidates_of_all_beams():
+    g = torch.Generator().manual_seed(5)
+    batch, k, vocab, keep = 3, 4, 6, 5
+    scores = torch.randn(batch, k, generator=g, dtype=torch.float64) * 3
+    scores[1, 2:] = -math.inf  # empty slots never produce a finite candidate
+    log_probs = torch.randn(batch, k, vocab, generator=g, dtype=torch.float64).log_softmax(-1)
+    new_scores, parents, tokens = beam_step(scores, log_probs, keep)
+    assert new_scores.shape == parents.shape == tokens.shape == (batch, keep)
+    for b in range(batch):
+        # Oracle: every (beam, token) pair in plain Python, sorted by summed log-probability.
+        every = sorted(((float(scores[b, j] + log_probs[b, j, t]), j, t) for j in range(k) for t in range(vocab)),
+                       reverse=True)[:keep]
+        assert [(j, t) for _, j, t in every] == list(zip(parents[b].tolist(), tokens[b].tolist()))
+        assert new_scores[b].tolist() == pytest.approx([s for s, _, _ in every], abs=1e-12)
+
+
+def test_beam_trace_records_every_step():
+    model = tiny_model()
+    src, src_mask = source(batch=2)
+    trace = []
+    hyps = beam_search(model, src, src_mask, 9, BOS, EOS, beam_size=3, n_best=3, trace=trace)
+    assert 1 <= len(trace) <= 8
+    for step in trace:
+        again = beam_step(step.scores, step.log_probs, 3)
+        assert all(torch.equal(a, b) for a, b in zip(again, (step.new_scores, step.parents, step.tokens)))
+    last = trace[-1]
+    for b in range(2):
+        assert sorted(h.log_prob for h in hyps[b]) == pytest.approx(sorted(last.new_scores[b].tolist()))
 
 
 def test_beam_search_batched_equals_one_sentence_at_a_time():
@@ -126,6 +163,34 @@ def test_top_p_keeps_the_smallest_prefix_reaching_p():
         expected = set(order[:m].tolist())
         kept = set(torch.isfinite(shape_logits(logits, top_p=p)).nonzero().flatten().tolist())
         assert kept == expected
+
+
+def test_top_p_one_keeps_every_token():
+    # In float32 the dominant token's probability rounds to 1.0, so a running mass "reaches" 1.0
+    # before the tail: p = 1 must still mean no filtering.
+    logits = torch.tensor([[30.0, 0.0, -1.0, -2.0]])
+    assert torch.equal(top_k_top_p_filter(logits, top_p=1.0), logits)
+    assert torch.equal(shape_logits(logits, top_p=1.0), logits)
+    # Just below 1 the tail (mass about 1.4e-13) is cut, as the definition says.
+    assert torch.isfinite(top_k_top_p_filter(logits, top_p=1 - 1e-6)).tolist() == [[True, False, False, False]]
+
+
+def test_top_p_counts_mass_in_float64_for_float32_logits():
+    # The mass before the last token is 1 - 2.1e-9: in float32 that sum is 1.0, in float64 it is below p.
+    logits = torch.tensor([20.0, 0.0, 0.0, 0.0])
+    p = 1 - 1e-9
+    kept = torch.isfinite(top_k_top_p_filter(logits, top_p=p)).tolist()
+    assert kept == [True, True, True, True]
+
+
+def test_filter_applies_top_k_before_top_p():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    # top-2 leaves (0.5, 0.3) -> renormalised (0.625, 0.375); p = 0.6 then keeps the first only.
+    assert torch.isfinite(top_k_top_p_filter(logits, top_k=2, top_p=0.6)).tolist() == [True, False, False, False]
+    # without top-k, p = 0.6 keeps 0.5 and 0.3 (0.5 alone is short of 0.6)
+    assert torch.isfinite(top_k_top_p_filter(logits, top_p=0.6)).tolist() == [True, True, False, False]
+    kept = top_k_top_p_filter(logits, top_k=3)
+    assert torch.equal(kept[:3], logits[:3]) and kept[3] == -math.inf
 
 
 def test_tiny_temperature_is_greedy():

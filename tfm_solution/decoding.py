@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .data import PAD
 from .encoder_decoder import EncoderDecoder
 from .kv_cache import KVCache, decode_step
 from .masks import subsequent_mask
@@ -25,14 +26,16 @@ class IncrementalDecoder:
 
     Encodes the source once; ``step(ys)`` returns ``(batch, vocab)`` log-probabilities of the
     token after ``ys`` ``(batch, t)``. With ``use_cache`` only ``ys[:, -1]`` is new work, so
-    ``step`` must be called once per position, in order.
+    ``step`` must be called once per position, in order; ``capacity`` preallocates the cache
+    for that many positions instead of growing it by concatenation.
     """
 
-    def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, use_cache: bool) -> None:
+    def __init__(self, model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, use_cache: bool,
+                 capacity: int | None = None) -> None:
         self.model = model
         self.src_mask = src_mask
         self.memory = model.encode(src, src_mask)
-        self.cache = KVCache.from_memory(model, self.memory) if use_cache else None
+        self.cache = KVCache.from_memory(model, self.memory, capacity) if use_cache else None
 
     def step(self, ys: torch.Tensor) -> torch.Tensor:
         if self.cache is not None:
@@ -93,7 +96,7 @@ def greedy_decode(
     max_len: int,
     start_symbol: int,
     end_symbol: int | None = None,
-    pad: int = 0,
+    pad: int = PAD,
     use_cache: bool = True,
 ) -> torch.Tensor:
     """Pick the most likely token at every step.
@@ -106,32 +109,44 @@ def greedy_decode(
                         lambda lp: lp.argmax(dim=-1))
 
 
-def shape_logits(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+def top_k_top_p_filter(
+    logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
-    """Reshape a next-token distribution before sampling; removed tokens get ``-inf``.
+    """Hide every token outside the top-k and then outside the nucleus: hidden logits become ``-inf``.
 
-    ``logits / temperature``; then keep the ``top_k`` largest; then keep the smallest set of most
-    likely tokens whose probability mass reaches ``top_p`` (the nucleus). Shape ``(..., vocab)``.
+    * top-k: keep the tokens whose logit is at least the ``top_k``-th largest of the row.
+    * top-p (nucleus): of what top-k left, sort by probability (descending) and keep each token
+      while the probability of the tokens *before* it is still below ``top_p``: the smallest set
+      whose mass reaches ``top_p``, including the token that crosses it. ``top_p >= 1`` keeps all.
+
+    ``None`` skips a filter. Shape ``(..., vocab)`` in and out; kept logits are unchanged.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (use greedy_decode for 0), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    logits = logits / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)
-    if top_p is not None:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        mass_before = sorted_logits.softmax(dim=-1).cumsum(dim=-1) - sorted_logits.softmax(dim=-1)
-        # A token stays while the mass of the more likely ones has not yet reached p.
+    if top_p is not None and top_p < 1:
+        # float64: in float32 a dominant token's probability rounds to 1.0 and the running
+        # mass "reaches" p before the tail has been counted.
+        probs, order = logits.double().softmax(dim=-1).sort(dim=-1, descending=True)
+        mass_before = probs.cumsum(dim=-1) - probs
         drop_sorted = mass_before >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, -math.inf)
     return logits
+
+
+def shape_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """Reshape a next-token distribution before sampling: ``logits / temperature``, then
+    ``top_k_top_p_filter``. Shape ``(..., vocab)``; removed tokens get ``-inf``."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy_decode for 0), got {temperature}")
+    return top_k_top_p_filter(logits / temperature, top_k, top_p)
 
 
 def sample_token(
@@ -154,7 +169,7 @@ def sample(
     max_len: int,
     start_symbol: int,
     end_symbol: int | None = None,
-    pad: int = 0,
+    pad: int = PAD,
     use_cache: bool = True,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -174,8 +189,8 @@ def sample(
 
 @dataclass
 class Hypothesis:
-    """A finished beam: ids (with start and, if reached, end symbol), summed log-probability, and
-    ``score`` = log-probability / length penalty."""
+    """A finished beam: ids (with the start and, if reached, the end symbol), summed
+    log-probability, and ``score`` = log-probability / length penalty."""
 
     tokens: list[int]
     log_prob: float
@@ -185,6 +200,44 @@ class Hypothesis:
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's length penalty ``((5 + length) / 6) ** alpha``; ``alpha = 0`` ranks by raw log-probability."""
     return ((5 + length) / 6) ** alpha
+
+
+def beam_step(
+    scores: torch.Tensor, log_probs: torch.Tensor, beam_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of beam search: expand every beam by every token, score, prune globally.
+
+    Args:
+        scores: ``(batch, k)`` summed log-probabilities of the ``k`` beams (``-inf`` = empty slot).
+        log_probs: ``(batch, k, vocab)`` next-token log-probabilities of each beam.
+        beam_size: how many of the ``k * vocab`` candidates of a sentence survive.
+
+    Returns:
+        ``(new_scores, parents, tokens)``, each ``(batch, beam_size)``, best first: the
+        candidate's summed log-probability ``scores[parent] + log_probs[parent, token]``, the
+        beam it extends (``0 .. k-1``) and the token it appends.
+    """
+    batch, k, vocab = log_probs.shape
+    candidates = (scores.unsqueeze(-1) + log_probs).view(batch, k * vocab)
+    new_scores, flat = candidates.topk(beam_size, dim=-1)
+    return new_scores, flat // vocab, flat % vocab
+
+
+@dataclass
+class BeamTrace:
+    """What one step of ``beam_search`` saw and kept (for drawing the beam tree).
+
+    ``scores`` ``(batch, k)`` before the step, ``log_probs`` ``(batch, k, vocab)`` as ranked (a
+    finished beam can only append its end symbol again, at no cost), then ``beam_step``'s
+    ``new_scores``, ``parents``, ``tokens`` and which new beams have ``finished``.
+    """
+
+    scores: torch.Tensor
+    log_probs: torch.Tensor
+    new_scores: torch.Tensor
+    parents: torch.Tensor
+    tokens: torch.Tensor
+    finished: torch.Tensor
 
 
 @torch.no_grad()
@@ -199,68 +252,61 @@ def beam_search(
     alpha: float = 0.6,
     n_best: int = 1,
     use_cache: bool = True,
+    trace: list[BeamTrace] | None = None,
+    step_fn: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, ...]] = beam_step,
 ) -> list[list[Hypothesis]]:
     """Keep the ``beam_size`` most likely prefixes per sentence; return each sentence's ``n_best``
     hypotheses, best first.
 
-    A prefix ends when an end symbol ranks among the step's top ``beam_size`` candidates
-    (so beam size 1 is greedy search) or when it reaches ``max_len`` ids. A sentence stops
-    early once its ``n_best``-th finished score beats any score an open beam could still reach
-    (log-probabilities only fall; the penalty grows at most to that of ``max_len``), so with a
-    beam wider than the search space the result is the exhaustive optimum.
+    As the notes describe it: every step extends each of the ``k`` beams by every token and
+    keeps the ``k`` best by summed log-probability (``beam_step``). A beam that has produced the
+    end symbol stays in the beam with its score frozen, so finished and open hypotheses compete
+    for the same ``k`` places; the search ends when all ``k`` have finished or ids reach
+    ``max_len``. Only then are the ``k`` survivors ranked by ``log_prob / length_penalty(n,
+    alpha)``, ``n`` being the number of ids after the start symbol. Hence beam size 1 is greedy
+    search for every ``alpha``, and a beam as wide as the number of possible outputs returns the
+    exhaustive optimum. Pass a list as ``trace`` to receive one ``BeamTrace`` per step;
+    ``step_fn`` replaces ``beam_step`` (to search with another implementation of it).
     """
     _check(max_len, src, src_mask)
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
     if alpha < 0:
-        raise ValueError(f"alpha must be >= 0 (the early stop relies on it), got {alpha}")
+        raise ValueError(f"alpha must be >= 0 (a negative penalty rewards short outputs), got {alpha}")
     batch, k, device = src.size(0), beam_size, src.device
     dec = IncrementalDecoder(model, src, src_mask, use_cache)
     dec.reorder(torch.arange(batch, device=device).repeat_interleave(k))
     ys = torch.full((batch * k, 1), start_symbol, dtype=torch.long, device=device)
-    scores = torch.full((batch, k), -math.inf, device=device)
-    scores[:, 0] = 0.0  # all beams start equal: expand only the first
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    open_ = [True] * batch
-    best_reachable = length_penalty(max_len - 1, alpha)
-    for step in range(1, max_len):
-        log_probs = dec.step(ys)
-        vocab = log_probs.size(-1)
-        cand = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)
-        top_scores, top_ids = cand.topk(min(2 * k, k * vocab), dim=1)
-        new_scores = torch.full((batch, k), -math.inf, device=device)
-        parents = torch.arange(batch * k, device=device)
-        tokens = torch.full((batch * k,), end_symbol, dtype=torch.long, device=device)
-        for b in range(batch):
-            alive = 0
-            for rank, (s, idx) in enumerate(zip(top_scores[b].tolist(), top_ids[b].tolist())):
-                if not open_[b] or alive == k or s == -math.inf:
-                    break
-                parent, token = b * k + idx // vocab, idx % vocab
-                if token == end_symbol:
-                    if rank < k:
-                        seq = ys[parent].tolist() + [token]
-                        finished[b].append(Hypothesis(seq, s, s / length_penalty(step, alpha)))
-                    continue
-                new_scores[b, alive], parents[b * k + alive], tokens[b * k + alive] = s, parent, token
-                alive += 1
-        if step == max_len - 1:  # open prefixes at the length limit finish as they are
-            for b in range(batch):
-                for j in range(k):
-                    if open_[b] and new_scores[b, j] > -math.inf:
-                        seq = ys[parents[b * k + j]].tolist() + [int(tokens[b * k + j])]
-                        s = float(new_scores[b, j])
-                        finished[b].append(Hypothesis(seq, s, s / length_penalty(step, alpha)))
-            break
-        for b in range(batch):
-            ranked = sorted(h.score for h in finished[b])[::-1]
-            best_open = float(new_scores[b].max())
-            if best_open == -math.inf or (len(ranked) >= n_best and ranked[n_best - 1] >= best_open / best_reachable):
-                open_[b] = False
-                new_scores[b] = -math.inf
-        if not any(open_):
-            break
-        dec.reorder(parents)
-        ys = torch.cat([ys.index_select(0, parents), tokens[:, None]], dim=1)
+    # float64 sums: in float32 adding a long prefix's score can merge two close candidates.
+    scores = torch.full((batch, k), -math.inf, dtype=torch.float64, device=device)
+    scores[:, 0] = 0.0  # the k beams start identical: expand only the first
+    finished = torch.zeros(batch, k, dtype=torch.bool, device=device)
+    for _ in range(max_len - 1):
+        log_probs = dec.step(ys).double().view(batch, k, -1)
+        # A finished beam's only continuation is its end symbol again, at log-probability 0.
+        frozen = torch.full_like(log_probs[0, 0], -math.inf)
+        frozen[end_symbol] = 0.0
+        log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
+        new_scores, parents, tokens = step_fn(scores, log_probs, k)
+        rows = (parents + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
+        finished = finished.gather(1, parents) | (tokens == end_symbol)
+        if trace is not None:
+            trace.append(BeamTrace(scores, log_probs, new_scores, parents, tokens, finished))
         scores = new_scores
-    return [sorted(f, key=lambda h: h.score, reverse=True)[:n_best] for f in finished]
+        dec.reorder(rows)
+        ys = torch.cat([ys.index_select(0, rows), tokens.view(-1, 1)], dim=1)
+        if bool((finished | scores.isneginf()).all()):
+            break
+    results = []
+    for b in range(batch):
+        hyps = []
+        for j in range(k):
+            if scores[b, j] == -math.inf:
+                continue  # an empty slot: fewer possible outputs than beams
+            seq = ys[b * k + j].tolist()
+            if end_symbol in seq[1:]:
+                seq = seq[: seq.index(end_symbol, 1) + 1]
+            log_prob = float(scores[b, j])
+            hyps.append(Hypothesis(seq, log_prob, log_prob / length_penalty(len(seq) - 1, alpha)))
+        results.append(sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best])
+    return results
