@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder.worker import Unsupported
+from autograder.worker import MAX_BUILDS, MAX_NAME_CHARS, MAX_STRUCTURE_ENTRIES, Unsupported
 
 
 @dataclass
@@ -31,11 +31,6 @@ def _describe(value) -> str:
     if isinstance(value, Unsupported):
         return value.why
     return f"a {type(value).__name__}"
-
-
-def close(got, expected, rtol: float, atol: float) -> bool:
-    """Same structure, shapes and dtypes, values within tolerance; NaN never matches."""
-    return compare(got, expected, rtol, atol).ok
 
 
 def compare(got, expected, rtol: float, atol: float, where: str = "result", names: tuple[str, ...] = ()) -> Verdict:
@@ -81,3 +76,110 @@ def compare(got, expected, rtol: float, atol: float, where: str = "result", name
             lines.append(f"{where}: max absolute error {diff.max().item():.3g}, max relative error "
                          f"{rel.max().item():.3g} (tolerance rtol={rtol:g}, atol={atol:g})")
     return Verdict(False, lines)
+
+
+def parse_structures(tree) -> list[dict]:
+    """The worker's ``{"builds": [...]}``: one structure description per build (``worker.describe_structure``).
+
+    Raises ``ValueError`` unless each is exactly the expected JSON shape: it is untrusted data.
+    """
+    builds = tree.get("builds") if isinstance(tree, dict) and set(tree) == {"builds"} else None
+    if not isinstance(builds, list) or not 0 < len(builds) <= MAX_BUILDS:
+        raise ValueError("malformed structure list")
+    return [parse_structure(item) for item in builds]
+
+
+def parse_structure(tree) -> dict:
+    """One structure description, checked item by item (``ValueError`` unless well formed)."""
+
+    def shape(value) -> bool:
+        return value is None or (isinstance(value, list) and len(value) <= 16
+                                 and all(type(s) is int and s >= 0 for s in value))
+
+    def entries(key: str, width: int) -> list:
+        items = tree.get(key)
+        if not isinstance(items, list) or len(items) > MAX_STRUCTURE_ENTRIES:
+            raise ValueError(f"malformed {key}")
+        for item in items:
+            if not (isinstance(item, list) and len(item) == width and isinstance(item[0], str)
+                    and len(item[0]) <= MAX_NAME_CHARS and shape(item[1])
+                    and (width == 2 or type(item[2]) is bool)):
+                raise ValueError(f"malformed entry in {key}")
+        return items
+
+    if not isinstance(tree, dict) or set(tree) != {"parameters", "buffers", "state_dict"}:
+        raise ValueError("malformed structure")
+    return {"parameters": entries("parameters", 3), "buffers": entries("buffers", 2),
+            "state_dict": entries("state_dict", 2)}
+
+
+def _size(shape: list[int] | None) -> str:
+    return "not a tensor" if shape is None else f"shape {tuple(shape)}"
+
+
+def compare_structures(got: list[dict], expected: list[dict]) -> Verdict:
+    """The module as built by each case's arguments (the first: the first case's); each difference named once."""
+    if len(got) != len(expected):
+        return Verdict(False, [f"{len(got)} modules were described, expected {len(expected)}"])
+    lines: list[str] = []
+    seen: set[str] = set()
+    for number, (g, e) in enumerate(zip(got, expected, strict=True)):
+        # Later builds only add what the first did not show (a default argument, another size).
+        for line in _differences(g, e):
+            if line not in seen:
+                seen.add(line)
+                lines.append(line if number == 0 else f"built with another case's arguments: {line}")
+    return Verdict(not lines, [*lines, _holds(expected[0])] if lines else [])
+
+
+def _holds(expected: dict) -> str:
+    names = ", ".join(f"`{k}` {_size(s).removeprefix('shape ')}" for k, s in expected["state_dict"][:12])
+    return f"the reference's state_dict holds: {names or 'nothing'}"
+
+
+def _differences(got: dict, expected: dict) -> list[str]:
+    """Parameters vs buffers, ``requires_grad``, shapes and ``state_dict`` keys, by name: one line per difference."""
+    g_par = {n: (s, rg) for n, s, rg in got["parameters"]}
+    e_par = {n: (s, rg) for n, s, rg in expected["parameters"]}
+    g_buf, e_buf = {n: s for n, s in got["buffers"]}, {n: s for n, s in expected["buffers"]}
+    g_sd, e_sd = {k: s for k, s in got["state_dict"]}, {k: s for k, s in expected["state_dict"]}
+    lines = []
+    for name in [*e_par, *e_buf]:
+        wanted = e_par[name][0] if name in e_par else e_buf[name]
+        if name in e_buf and name in g_par:
+            lines.append(f"`{name}` is a trainable parameter; the reference registers it as a buffer (saved with "
+                         "the module, moved by .to(), never trained): use register_buffer")
+        elif name in e_par and name in g_buf:
+            lines.append(f"`{name}` is a buffer; it must be a trainable parameter (nn.Parameter, or the weight "
+                         "of a layer)")
+        elif name not in g_par and name not in g_buf:
+            how = "register_buffer" if name in e_buf else "nn.Parameter or a layer"
+            lines.append(f"`{name}` is missing: the reference has a {'buffer' if name in e_buf else 'parameter'} "
+                         f"of that name with {_size(wanted)} (a tensor kept as a plain attribute is neither saved "
+                         f"nor moved with the module: use {how}, with the notes' names)")
+        else:
+            shape = g_par[name][0] if name in g_par else g_buf[name]
+            if shape != wanted:
+                lines.append(f"`{name}` has {_size(shape)}, expected {_size(wanted)}")
+            if name in e_par and name in g_par and g_par[name][1] != e_par[name][1]:
+                lines.append(f"`{name}` is frozen (requires_grad=False): training would never change it"
+                             if e_par[name][1] else f"`{name}` is trainable; the reference freezes it")
+    for name in [*g_par, *g_buf]:
+        if name not in e_par and name not in e_buf:
+            kind = "parameter" if name in g_par else "buffer"
+            lines.append(f"your module has a {kind} `{name}` that the reference does not have")
+    for key in e_sd:
+        if key in g_sd:
+            continue
+        if key in g_buf:
+            lines.append(f"`{key}` is a buffer left out of the state_dict (persistent=False); the reference saves it")
+        elif key in g_par or (key not in e_par and key not in e_buf):
+            lines.append(f"`{key}` is missing from the state_dict")
+    for key in g_sd:
+        if key in e_sd:
+            continue
+        if key in e_buf:
+            lines.append(f"`{key}` is saved in your state_dict; the reference's buffer is not (persistent=False)")
+        elif key not in g_par and key not in g_buf:
+            lines.append(f"your state_dict has an entry `{key}` that the reference's does not have")
+    return lines

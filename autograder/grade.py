@@ -23,8 +23,8 @@ import torch
 from autograder import worker as wire
 from autograder.cases import graded_cases
 from autograder.checks import run_checks
-from autograder.compare import close, compare
-from autograder.exercises.shared import Case
+from autograder.compare import Verdict, compare, compare_structures, parse_structures
+from autograder.exercises.shared import Case, resolve
 from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
 from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
@@ -32,12 +32,6 @@ from autograder.results import ERROR_NOTE, Report, TestResult, split_points
 from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths, isolation
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
-
-
-def resolve(target: str):
-    """``"package.module:attr"`` -> the object."""
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]:
@@ -87,27 +81,38 @@ def _pack_args(case: Case) -> tuple[list, dict, list[bytes]]:
 
 
 def _local_args(case: Case) -> tuple[tuple, dict]:
-    args = tuple(wire.build_module_arg(a) for a in case.args)
-    return args, {k: wire.build_module_arg(v) for k, v in case.kwargs.items()}
+    """Fresh copies of the case's inputs: code that updates its input in place changes no other call's."""
+
+    def fresh(value):
+        return value.clone() if isinstance(value, torch.Tensor) else wire.build_module_arg(value)
+
+    return tuple(fresh(a) for a in case.args), {k: fresh(v) for k, v in case.kwargs.items()}
 
 
 def _reference_state(reference, case: Case, seed: int) -> dict[str, torch.Tensor] | None:
     """For a module case, the weights of a freshly seeded reference module (sent to the worker)."""
-    if case.construct is None:
+    if case.construct is None or case.structure:
         return None
     torch.manual_seed(seed)
     return {k: v.detach().clone() for k, v in reference(*case.construct).state_dict().items()}
 
 
-def _expected(fn, case: Case, state: dict | None = None):
-    """What ``fn`` (a function, or a module class given the weights ``state``) returns on the case."""
+def _expected(fn, case: Case, state: dict | None = None, seed: int = 0):
+    """What ``fn`` (a function, or a module class given the weights ``state``) returns on the case.
+
+    As in the worker: a structure case describes the module as built; a module takes the weights
+    that fit it; every dropout call is ``FixedDropout`` reset to ``seed`` (the request's seed); a
+    training-mode case answers with gradients too (``worker.run_graded``).
+    """
+    if case.structure:
+        return [wire.describe_structure(fn(*built)) for built in case.args]
     args, kwargs = _local_args(case)
     if case.construct is not None:
         fn = fn(*case.construct)
-        fn.load_state_dict(state, strict=True)
-        fn.eval()
-    with torch.no_grad():
-        result = fn(*args, **kwargs)
+        wire.load_fitting(fn, state)
+        fn.train(case.train)
+    with wire.FixedDropout(seed):
+        result = wire.run_graded(fn, list(args), kwargs, list(case.gradients) if case.train else None, seed)
     if case.attributes:
         result = tuple(getattr(result, a) for a in case.attributes)
     return _plain(result)
@@ -125,17 +130,35 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
 
+def verdict(exercise: Exercise, case: Case, got, expected) -> Verdict:
+    """Whether ``got`` matches ``expected`` on this case (a structure, or returned values), and why not."""
+    if case.structure:
+        return compare_structures(got, expected)
+    return compare(got, expected, case.rtol, case.atol, names=_item_names(exercise, case))
+
+
+def _item_names(exercise: Exercise, case: Case) -> tuple[str, ...]:
+    """What the items of the answer are called in the feedback."""
+    if not case.train:
+        return case.attributes or exercise.return_names
+    forward = list(inspect.signature(resolve(exercise.reference).forward).parameters)[1:]
+    inputs = [forward[i] if i < len(forward) else f"argument {i}" for i, a in enumerate(case.args)
+              if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    return ("output", *(f"gradient of the input `{n}`" for n in inputs),
+            *(f"gradient of `{n}`" for n in case.gradients))
+
+
 def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = None,
-              error: str | None = None) -> list[str]:
+              error: str | None = None, seed: int = 0) -> list[str]:
     """Declared mistakes that give the submission's output on this case, or raise its ``error``."""
     found = []
     for name, mistake in exercise.mistakes.items():
         try:
-            wrong = _expected(compiled(mistake, exercise.name), case, state)
+            wrong = _expected(compiled(mistake, exercise.name), case, state, seed)
         except Exception as exc:  # noqa: BLE001 - a mistake may fail on these inputs: then its error is its output
             matches = error is not None and error_text(exc) == error
         else:
-            matches = error is None and (close(got, wrong, case.rtol, case.atol) or _same_nan_pattern(got, wrong))
+            matches = error is None and (verdict(exercise, case, got, wrong).ok or _same_nan_pattern(got, wrong))
         if matches:
             found.append(f"**Diagnosis: {name}**: {mistake.message}.")
     return found
@@ -170,7 +193,8 @@ def _policy(exercise: Exercise, extraction: Extraction) -> TestResult | None:
 
 
 def _case_name(exercise: Exercise, case: Case) -> str:
-    return f"{exercise.id} {'public' if case.public else 'hidden'}: {case.title}"
+    label = "structure" if case.structure else "public" if case.public else "hidden"
+    return f"{exercise.id} {label}: {case.title}"
 
 
 class ExerciseRun:
@@ -240,10 +264,12 @@ class ExerciseRun:
                 self._start_worker()
             args, kwargs, buffers = _pack_args(case)
             request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs,
-                       "attributes": list(case.attributes)}
+                       "attributes": list(case.attributes), "train": case.train, "structure": case.structure,
+                       "gradients": list(case.gradients) if case.train else None}
             state = _reference_state(self.reference, case, self.seed + number)
-            if state is not None:
+            if case.construct is not None:
                 request["construct"] = [wire.pack_value(a, buffers, wire.MAX_FRAME_BYTES) for a in case.construct]
+            if state is not None:
                 request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES) for k, v in state.items()}
             reply, out, seconds = self.worker.call(request, buffers)
         except WorkerDied as died:
@@ -255,7 +281,8 @@ class ExerciseRun:
             return self._fail(number, str(missing))
         if reply.get("ok") and seconds > exercise.time_budget_s:
             self.slow.append(f"{case.title}: {seconds:.2f} s")
-        return _judge(exercise, case, self.name(number), self.weights[number], self.reference, reply, out, state)
+        return _judge(exercise, case, self.name(number), self.weights[number], self.reference, reply, out, state,
+                      self.seed + number)
 
     def _start_worker(self) -> None:
         try:
@@ -309,10 +336,13 @@ class _NotDefined(Exception):
 
 
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
-           out: list[bytes], state: dict | None = None) -> TestResult:
+           out: list[bytes], state: dict | None = None, seed: int = 0) -> TestResult:
     """Score one case from the worker's reply (plain data) against the live reference."""
     lines = [f"Checked: {case.checks}."]
-    if case.public:
+    if case.public and (case.construct is not None or case.structure):
+        builds = case.args if case.structure else (case.construct,)
+        lines.append("Built as " + ", ".join(f"`{exercise.name}{_arguments(b)}`" for b in builds))
+    if case.public and not case.structure and (case.args or case.kwargs):
         lines.append("Inputs: " + ", ".join(_shape(a) for a in case.args)
                      + "".join(f", {k}={_shape(v)}" for k, v in case.kwargs.items()))
     if not reply.get("ok"):
@@ -322,18 +352,25 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
                                                                        "`NotImplementedError`)"]))
         if error.startswith("MemoryError") or "can't allocate memory" in error:
             return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"exceeded the memory limit ({error[:200]})"]))
-        diagnosis = _diagnose(exercise, case, state=state, error=error)
+        diagnosis = _diagnose(exercise, case, state=state, error=error, seed=seed)
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"your code raised `{error}`", *diagnosis]))
     try:
-        got = wire.unpack_value(reply.get("value"), out)
+        got = parse_structures(reply.get("structure")) if case.structure else wire.unpack_value(reply.get("value"), out)
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
-    expected = _expected(reference, case, state)
-    verdict = compare(got, expected, case.rtol, case.atol, names=case.attributes or exercise.return_names)
-    if verdict.ok:
+    found = verdict(exercise, case, got, _expected(reference, case, state, seed))
+    if found.ok:
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
-    diagnosis = _diagnose(exercise, case, got, state)
-    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(verdict.lines), *diagnosis]))
+    unloaded = reply.get("unloaded")
+    if case.construct is not None and isinstance(unloaded, list) and unloaded:
+        names = ", ".join(f"`{n}`" for n in unloaded[:12] if isinstance(n, str))
+        found.lines.append(f"the reference's weights did not all fit your module ({names}): see the structure line")
+    diagnosis = _diagnose(exercise, case, got, state, seed=seed)
+    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(found.lines), *diagnosis]))
+
+
+def _arguments(values: tuple) -> str:
+    return "(" + ", ".join(_shape(v) for v in values) + ")"
 
 
 def _shape(value) -> str:

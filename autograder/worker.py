@@ -257,6 +257,131 @@ class _Scale:
         return x * self.factor
 
 
+class FixedDropout:
+    """Deterministic stand-in for every dropout call (``nn.Dropout`` and ``F.dropout`` alike).
+
+    ``nn.Dropout`` calls ``torch.nn.functional.dropout``; both that and ``torch.dropout`` are
+    replaced, so a module's dropouts and a functional one are treated the same. The k-th call
+    after ``reset(seed)`` keeps the entries where a uniform draw from the generator seeded with
+    ``(seed, k)`` is at least ``p`` and scales them by ``1 / (1 - p)``: the reference (in the
+    harness) and the submission (here) drop the same entries when they call dropout at the
+    same places with the same ``p``, while a dropout that is missing, doubled, misplaced or
+    given another ``p`` changes the output. ``training=False`` is the identity, as in PyTorch.
+    Used as a context manager, it is installed only inside the ``with`` block.
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self.reset(seed)
+        self._saved: tuple | None = None
+
+    def reset(self, seed: int) -> None:
+        self.seed, self.calls = seed, 0
+
+    def __call__(self, input, p=0.5, training=True, inplace=False, *, train=None):  # noqa: A002 - torch's names
+        import torch
+
+        if train is not None:  # torch.dropout(input, p, train)
+            training = train
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if not training:
+            return input
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.calls)
+        self.calls += 1
+        keep = torch.rand(input.shape, generator=gen) >= p
+        factor = (keep / (1.0 - p) if p < 1.0 else torch.zeros(input.shape)).to(input.dtype)
+        return input.mul_(factor) if inplace else input * factor
+
+    def install(self) -> None:
+        import torch
+
+        self._saved = (torch.nn.functional.dropout, torch.dropout)
+        torch.nn.functional.dropout = torch.dropout = self
+
+    def __enter__(self) -> FixedDropout:
+        self.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        torch.nn.functional.dropout, torch.dropout = self._saved
+
+
+MAX_STRUCTURE_ENTRIES, MAX_NAME_CHARS, MAX_BUILDS = 256, 200, 8
+
+
+def describe_structure(module) -> dict:
+    """A module's parameters, buffers and ``state_dict``: names, shapes, ``requires_grad`` (JSON data).
+
+    ``{"parameters": [[name, shape, requires_grad], ...], "buffers": [[name, shape], ...],
+    "state_dict": [[key, shape or None], ...]}``; what the structure check compares.
+    """
+    import itertools
+
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"the object built is a {type(module).__name__}, not a torch.nn.Module")
+
+    def shape(value):
+        return list(value.shape) if isinstance(value, torch.Tensor) else None
+
+    def first(items):
+        return itertools.islice(items, MAX_STRUCTURE_ENTRIES)
+
+    return {
+        "parameters": [[str(n)[:MAX_NAME_CHARS], shape(p), bool(p.requires_grad)]
+                       for n, p in first(module.named_parameters())],
+        "buffers": [[str(n)[:MAX_NAME_CHARS], shape(b)] for n, b in first(module.named_buffers())],
+        "state_dict": [[str(k)[:MAX_NAME_CHARS], shape(v)] for k, v in first(module.state_dict().items())],
+    }
+
+
+def load_fitting(module, state: dict) -> list[str]:
+    """Load the entries of ``state`` whose name and shape fit ``module``; return the names that did not.
+
+    Not strict: a ``state_dict`` that differs from the reference's costs the structure line,
+    and the other cases judge what the module computes with the weights it could take.
+    """
+    own = module.state_dict()
+    fitting = {k: v for k, v in state.items() if k in own and getattr(own[k], "shape", None) == v.shape}
+    keys = module.load_state_dict(fitting, strict=False)
+    return sorted({*keys.missing_keys, *(k for k in state if k not in fitting)})
+
+
+def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, seed: int):
+    """Call ``target`` as a graded case does, here and in the harness alike.
+
+    ``gradients is None``: a plain call without autograd. Otherwise (a training-mode case) the
+    answer is ``(output, gradient of each floating-point argument, gradient of each parameter
+    named in gradients)``, the gradients being those of ``(probe * output).sum()`` for a probe
+    drawn from ``seed``: zeros where no gradient arrives (something detached or run under
+    ``no_grad``), ``None`` for a parameter the module lacks.
+    """
+    import torch
+
+    if gradients is None:
+        with torch.no_grad():
+            return target(*args, **kwargs)
+    leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else None
+              for a in args]
+    # The module gets a non-leaf copy, as it would in a model: in-place updates of its input stay legal.
+    output = target(*[a if leaf is None else leaf.clone() for a, leaf in zip(args, leaves)], **kwargs)
+    if not (isinstance(output, torch.Tensor) and output.is_floating_point()):
+        return output
+    parameters = dict(target.named_parameters())
+    wanted = [leaf for leaf in leaves if leaf is not None] + [parameters.get(n) for n in gradients]
+    active = [t for t in wanted if t is not None and t.requires_grad]
+    found: dict[int, torch.Tensor] = {}
+    if output.requires_grad and active:
+        probe = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed)).to(output.dtype)
+        # A scalar, not grad_outputs=probe: that path imports sympy, seconds on a worker's first call.
+        grads = torch.autograd.grad((probe * output).sum(), active, allow_unused=True)
+        found = {id(t): g for t, g in zip(active, grads) if g is not None}
+    return (output.detach(), *(None if t is None else found.get(id(t), torch.zeros_like(t)) for t in wanted))
+
+
 def build_module_arg(tree):
     if isinstance(tree, dict) and "module" in tree:
         if tree["module"] == "scale":
@@ -306,6 +431,9 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
         if blocked.split(".")[0] in setup["blocked"]:
             del sys.modules[blocked]
 
+    # Before the student's code runs, so that `from torch.nn.functional import dropout` finds it too.
+    dropout = FixedDropout()
+    dropout.install()
     module = types.ModuleType("submission")
     sys.modules["submission"] = module
     namespace = module.__dict__
@@ -320,22 +448,30 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
         request, buffers = read_frame(req_fd)
         torch.manual_seed(request["seed"])
         torch.set_default_dtype(torch.float32)
+        dropout.reset(request["seed"])
+        dropout.install()  # again: the student's code may have put something else in its place
         out: list[bytes] = []
         try:
             args = [build_module_arg(unpack_value(a, buffers)) for a in request["args"]]
             kwargs = {k: build_module_arg(unpack_value(v, buffers)) for k, v in request["kwargs"].items()}
             target = namespace[name]
+            unloaded: list[str] = []
             if request.get("construct") is not None:
                 cargs = [unpack_value(a, buffers) for a in request["construct"]]
                 target = target(*cargs)
-                state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}
-                target.load_state_dict(state, strict=True)
-                target.eval()
-            with torch.no_grad():
-                result = target(*args, **kwargs)
-            if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
-                result = tuple(getattr(result, a) for a in request["attributes"])
-            reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"])}
+            if request.get("structure"):  # the module as built by each argument tuple, no weights loaded
+                reply = {"id": request["id"], "ok": True,
+                         "structure": {"builds": [describe_structure(target(*built)) for built in args[:MAX_BUILDS]]}}
+            else:
+                if request.get("construct") is not None:
+                    state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}
+                    unloaded = [str(k)[:MAX_NAME_CHARS] for k in load_fitting(target, state)]
+                    target.train(bool(request.get("train")))
+                result = run_graded(target, args, kwargs, request.get("gradients"), request["seed"])
+                if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
+                    result = tuple(getattr(result, a) for a in request["attributes"])
+                reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"]),
+                         "unloaded": unloaded[:MAX_STRUCTURE_ENTRIES]}
         except BaseException as exc:  # noqa: BLE001 - whatever the student raised is their answer
             out = []
             text = f"{type(exc).__name__}: {exc}"[:2000]  # as grade.error_text, to match declared mistakes

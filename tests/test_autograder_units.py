@@ -20,7 +20,7 @@ from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
                                 read_submission)
 from autograder.grade import (Report, TestResult, _diagnose, _expected, _judge, _provided, _reference_state,
-                              default_seed, error_text, resolve)
+                              default_seed, error_text, resolve, verdict)
 from autograder.registry import REGISTRY, Exercise, by_id
 from autograder.results import GRADESCOPE_SCHEMA, error_results, split_points, to_gradescope
 from tests.grader_fixtures import ATTENTION, notebook
@@ -198,15 +198,15 @@ def test_each_mistake_fails_some_case_and_is_named_there(exercise_id, mistake):
     wrong = mistake_function(exercise_id, mistake, exercise.name)
     reference = resolve(exercise.reference)
     named = []
-    for case in CASES[exercise_id](1234):
-        state = _reference_state(reference, case, 0)
+    for seed, case in enumerate(CASES[exercise_id](1234)):
+        state = _reference_state(reference, case, seed)
         try:
-            got = _expected(wrong, case, state)
+            got = _expected(wrong, case, state, seed)
         except Exception as exc:  # noqa: BLE001 - a raising mistake is named by its error
-            named += _diagnose(exercise, case, state=state, error=error_text(exc))
+            named += _diagnose(exercise, case, state=state, error=error_text(exc), seed=seed)
             continue
-        if not compare(got, _expected(reference, case, state), case.rtol, case.atol).ok:
-            named += _diagnose(exercise, case, got, state)
+        if not verdict(exercise, case, got, _expected(reference, case, state, seed)).ok:
+            named += _diagnose(exercise, case, got, state, seed=seed)
     assert any(f"**Diagnosis: {mistake}**" in n for n in named)
 
 
@@ -229,7 +229,7 @@ def test_hidden_inputs_are_fresh_per_seed_and_public_ones_fixed():
 def test_seed_depends_on_the_answer_and_the_salt(monkeypatch):
     exercise = by_id("ch03.attention")
     one = extract(_parsed(notebook()), exercise)
-    two = extract(_parsed(notebook(attention=ATTENTION + "\n# edited\n")), exercise)
+    two = extract(_parsed(notebook(attention=ATTENTION + "\nEDITED = True\n")), exercise)
     unsalted = default_seed(exercise, one)
     assert unsalted == default_seed(exercise, extract(_parsed(notebook()), exercise)) != default_seed(exercise, two)
     monkeypatch.setenv("AUTOGRADER_SALT", "course secret")
@@ -345,3 +345,190 @@ def test_nbgrader_pipeline_grades_after_the_kernel_or_without_it():
     assert steps.index(GradeOutsideKernel) == steps.index(Execute) + 1 < steps.index(SaveAutoGrades)
     safe = autograde_preprocessors(execute=False)
     assert Execute not in safe and safe.index(GradeOutsideKernel) < safe.index(SaveAutoGrades)
+
+
+# ----------------------------------------------------------------------------- module exercises: rigor
+
+def test_fixed_dropout_keeps_each_entry_with_probability_1_minus_p_and_scales_it():
+    """The stand-in behaves like dropout (oracle: its definition), is the same on every replay,
+    stands in for nn.Dropout, F.dropout and torch.dropout inside ``with``, and is undone after."""
+    x = torch.rand(200, 300) + 1.0  # no zeros, so a zero means "dropped"
+    original = torch.nn.functional.dropout
+    with wire.FixedDropout(seed=5):
+        y = torch.nn.Dropout(0.3)(x)
+        again = torch.nn.functional.dropout(x, 0.3)  # second call: another mask
+        off = torch.nn.functional.dropout(x, 0.3, training=False)
+    with wire.FixedDropout(seed=5):
+        replay = torch.dropout(x, 0.3, True)
+    assert torch.nn.functional.dropout is original
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(y[kept], x[kept] / 0.7)
+    assert torch.equal(replay, y) and not torch.equal(again, y) and off is x
+    with wire.FixedDropout(seed=6):
+        assert not torch.equal(torch.nn.functional.dropout(x, 0.3), y)  # the seed draws the mask
+        assert torch.equal(torch.nn.functional.dropout(x.double(), 1.0), torch.zeros_like(x.double()))
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            torch.nn.functional.dropout(x, 1.5)
+
+
+_PE_ANSWER = """
+import math
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout, max_len={default}):
+        super().__init__()
+        self.p = dropout
+        self.dropout = nn.Dropout({rate})
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(position * omega), torch.cos(position * omega)
+        {table}
+
+    def forward(self, x):
+        {forward}
+"""
+_PE_SLOTS = {"default": "5000", "rate": "dropout", "table": 'self.register_buffer("pe", pe.float()[None])',
+             "forward": "return self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))"}
+
+
+def _grade_in_process(exercise, source: str, seed: int = 77) -> list[tuple[str, bool, list[str]]]:
+    """Every graded case of ``exercise`` on an answer, judged here: (title, passed, lines)."""
+    from autograder.grade import _case_name
+
+    namespace: dict = {}
+    exec(compile(source, "answer", "exec"), namespace)  # noqa: S102 - our own test answers
+    answer, reference = namespace[exercise.name], resolve(exercise.reference)
+    judged = []
+    for number, case in enumerate(CASES[exercise.id](seed)):
+        state = _reference_state(reference, case, seed + number)
+        got = _expected(answer, case, state, seed + number)
+        found = verdict(exercise, case, got, _expected(reference, case, state, seed + number))
+        judged.append((_case_name(exercise, case), found.ok, found.lines))
+    return judged
+
+
+_IN_PLACE = "x += self.pe[:, : x.size(1)].to(x.dtype)\n        return self.dropout(x)"
+_NO_GRAD = "with torch.no_grad():\n            return self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))"
+
+
+@pytest.mark.parametrize("change,fails", [
+    ({}, ""),
+    ({"forward": "return x + self.pe[:, : x.size(1)].to(x.dtype)"}, "training mode"),
+    ({"forward": "return self.dropout(self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype)))"}, "training mode"),
+    ({"forward": "return self.dropout(x) + self.pe[:, : x.size(1)].to(x.dtype)"}, "training mode"),
+    ({"rate": "0.1"}, "training mode"),
+    ({"forward": "return self.dropout(x.detach() + self.pe[:, : x.size(1)].to(x.dtype))"}, "training mode"),
+    ({"forward": _NO_GRAD}, "training mode"),
+    ({"forward": "return F.dropout(x + self.pe[:, : x.size(1)].to(x.dtype), self.p, self.training)"}, ""),
+    ({"forward": _IN_PLACE}, ""),
+    ({"forward": "return F.dropout(x + self.pe[:, : x.size(1)].to(x.dtype), self.p)"}, "eval mode"),
+    ({"table": "self.pe = nn.Parameter(pe.float()[None])"}, "structure"),
+    ({"table": "self.register_buffer('pe', pe.float()[None], persistent=False)"}, "structure"),
+    ({"table": "self.pe = pe.float()[None]"}, "structure"),
+    ({"table": "self.register_buffer('pe', pe.float())",
+      "forward": "return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))"}, "structure"),
+    ({"default": "1000"}, "structure"),  # a wrong default: seen in one build only
+])
+def test_train_mode_and_structure_cases_catch_what_eval_mode_cannot(change, fails):
+    """Right answers pass (nn.Dropout or F.dropout with the module's training flag, an in-place add); a
+    dropout that is missing, doubled, misplaced or ignores its rate, or an input cut off from autograd,
+    fails the training-mode cases only; F.dropout without the training flag (dropout in eval mode) fails
+    the eval-mode cases; a table that is not a saved buffer of the reference's shape fails the structure
+    line only (the module keeps its own table)."""
+    exercise = by_id("ch02.PositionalEncoding")
+    judged = _grade_in_process(exercise, _PE_ANSWER.format(**{**_PE_SLOTS, **change}))
+    failed = [name for name, ok, _ in judged if not ok]
+    train = [name for name, _, _ in judged if name.endswith("in training mode")]
+    structure = [name for name, _, _ in judged if " structure: " in name]
+    assert len(train) == 2 and len(structure) == 1
+    expected = {"": [], "training mode": train, "structure": structure,
+                "eval mode": [n for n, _, _ in judged if n not in train + structure]}[fails]
+    assert failed == expected, judged
+
+
+@pytest.mark.parametrize("got,line", [
+    ({"parameters": [["pe", [1, 4, 2], True]], "buffers": [], "state_dict": [["pe", [1, 4, 2]]]},
+     "`pe` is a trainable parameter; the reference registers it as a buffer"),
+    ({"parameters": [], "buffers": [["pe", [1, 4, 2]]], "state_dict": []},
+     "`pe` is a buffer left out of the state_dict (persistent=False)"),
+    ({"parameters": [], "buffers": [], "state_dict": []}, "`pe` is missing: the reference has a buffer"),
+    ({"parameters": [], "buffers": [["pe", [4, 2]]], "state_dict": [["pe", [4, 2]]]},
+     "`pe` has shape (4, 2), expected shape (1, 4, 2)"),
+    ({"parameters": [["scale", [], True]], "buffers": [["pe", [1, 4, 2]]], "state_dict": [["scale", []], ["pe", [1, 4, 2]]]},
+     "your module has a parameter `scale` that the reference does not have"),
+])
+def test_structure_lines_name_the_difference(got, line):
+    from autograder.compare import compare_structures, parse_structures
+
+    expected = {"parameters": [], "buffers": [["pe", [1, 4, 2]]], "state_dict": [["pe", [1, 4, 2]]]}
+    assert compare_structures([expected], [expected]).ok
+    found = compare_structures(parse_structures({"builds": [got]}), [expected])
+    assert not found.ok and any(line in text for text in found.lines), found.lines
+    assert "the reference's state_dict holds: `pe` (1, 4, 2)" in found.lines[-1]
+
+
+def test_frozen_parameters_other_builds_and_malformed_structures():
+    from autograder.compare import compare_structures, parse_structures
+
+    lut = {"parameters": [["lut.weight", [6, 4], True]], "buffers": [], "state_dict": [["lut.weight", [6, 4]]]}
+    frozen = {**lut, "parameters": [["lut.weight", [6, 4], False]]}
+    assert "`lut.weight` is frozen (requires_grad=False)" in compare_structures([frozen], [lut]).lines[0]
+    assert "`lut.weight` is a buffer; it must be a trainable parameter" in compare_structures(
+        [{"parameters": [], "buffers": [["lut.weight", [6, 4]]], "state_dict": [["lut.weight", [6, 4]]]}],
+        [lut]).lines[0]
+    # A slip only another build shows (here: a wrong default size) is named once, as such.
+    wide = {"parameters": [["lut.weight", [9, 4], True]], "buffers": [], "state_dict": [["lut.weight", [9, 4]]]}
+    found = compare_structures([lut, frozen, lut], [lut, wide, wide]).lines
+    assert found[0] == "built with another case's arguments: `lut.weight` has shape (6, 4), expected shape (9, 4)"
+    assert len(found) == 3 and "frozen" in found[1] and found[2].endswith("`lut.weight` (6, 4)")
+    assert parse_structures({"builds": [lut, wide]}) == [lut, wide]
+    for bad in (None, [], [None], [{**lut, "extra": []}], [{**lut, "parameters": [["w", [-1], True]]}],
+                [{**lut, "buffers": [[1, [2]]]}], [{**lut, "state_dict": [["w" * 500, [2]]]}],
+                [{**lut, "parameters": [["w", [2], "yes"]]}], [{**lut, "buffers": [["b", [1]]] * 1000}], [lut] * 9):
+        with pytest.raises(ValueError):
+            parse_structures({"builds": bad})
+    with pytest.raises(ValueError):
+        parse_structures({"builds": [lut], "more": 1})
+
+
+def test_every_module_exercise_gets_structure_and_training_mode_cases():
+    """Registry-driven: ``has_dropout`` is set exactly when the reference module holds an ``nn.Dropout``
+    (then its training-mode cases use another rate); every module exercise has training-mode cases that
+    compare the reference's parameters' gradients, and one structure line."""
+    for exercise in (e for e in REGISTRY if e.kind == "module"):
+        cases = CASES[exercise.id](3)
+        built = next(c for c in cases if c.construct is not None)
+        module = resolve(exercise.reference)(*built.construct)
+        assert exercise.has_dropout == any(isinstance(m, torch.nn.Dropout) for m in module.modules()), exercise.id
+        assert sum(c.structure for c in cases) == 1 and cases[-1].structure
+        assert set(cases[-1].args) == {c.construct for c in cases if c.construct is not None}
+        train = [c for c in cases if c.train]
+        assert train and all(c.title.endswith("in training mode") for c in train)
+        assert {c.gradients for c in train} == {tuple(n for n, _ in module.named_parameters())}
+        assert (train[0].construct != built.construct) == exercise.has_dropout
+    for exercise in (e for e in REGISTRY if e.kind != "module"):
+        assert not exercise.has_dropout and not any(c.train or c.structure for c in CASES[exercise.id](3))
+
+
+@pytest.mark.parametrize("forward,fails", [
+    ("self.lut(x) * math.sqrt(self.d_model)", False),
+    ("self.lut(x).detach() * math.sqrt(self.d_model)", True),
+    ("F.embedding(x, self.lut.weight.detach()) * math.sqrt(self.d_model)", True),
+])
+def test_training_mode_cases_compare_the_gradients_of_the_parameters(forward, fails):
+    """Embeddings has no dropout, yet a lookup cut off from autograd would never train: its
+    training-mode cases fail on the gradient of `lut.weight` (and only they do)."""
+    source = ("import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
+              "class Embeddings(nn.Module):\n    def __init__(self, d_model, vocab):\n        super().__init__()\n"
+              "        self.lut = nn.Embedding(vocab, d_model)\n        self.d_model = d_model\n\n"
+              f"    def forward(self, x):\n        return {forward}\n")
+    judged = _grade_in_process(by_id("ch01.embeddings"), source)
+    failed = [(name, lines) for name, ok, lines in judged if not ok]
+    assert [n for n, _ in failed] == ([n for n, _, _ in judged if n.endswith("in training mode")] if fails else [])
+    assert all("gradient of `lut.weight`" in lines[0] for _, lines in failed)

@@ -58,6 +58,11 @@ def test_solutions_score_full_marks_through_the_command_line(tmp_path):
     assert f"{data['score']:g}/{data['score']:g}" in run.stdout
     assert all(t["status"] == "passed" for t in data["tests"]), [t["name"] for t in data["tests"]
                                                                  if t["status"] != "passed"]
+    for exercise in (e for e in REGISTRY if e.kind == "module"
+                     and (REPO_ROOT / "solutions" / e.chapter / e.notebook).exists()):
+        lines = [t["name"] for t in data["tests"] if t["name"].startswith(exercise.id + " ")]
+        assert sum(" structure: " in n for n in lines) == 1, lines
+        assert sum(n.endswith("in training mode") for n in lines) >= exercise.has_dropout, lines
 
 
 @pytest.mark.slow
@@ -70,7 +75,9 @@ def test_untouched_stubs_score_zero():
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise_id,mistake", [(e.id, m) for e in REGISTRY for m in e.mistakes])
 def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mistake):
-    """Every chapter: a declared mistake costs its own exercise, is named, and leaves the others full."""
+    """Every chapter: a declared mistake costs its own exercise, is named on a line it fails, and leaves
+    the others full; for a module exercise this includes mistakes only its training-mode cases or its
+    structure line can see."""
     exercise = by_id(exercise_id)
     solution = REPO_ROOT / "solutions" / exercise.chapter / exercise.notebook
     release = REPO_ROOT / "chapters" / exercise.chapter / exercise.notebook
@@ -78,8 +85,8 @@ def test_each_declared_mistake_fails_its_exercise_only(tmp_path, exercise_id, mi
     answers[exercise_id] = submission_source(exercise_id, mistake)
     report = grade_path(release_with(release, tmp_path, answers), chapter=exercise.chapter[:2])
     assert report.exercise_score(exercise_id) < exercise.points
-    text = "\n".join(t.output for t in report.tests if t.name.startswith(exercise_id + " "))
-    assert f"**Diagnosis: {mistake}**" in text
+    failed = [t for t in report.tests if t.name.startswith(exercise_id + " ") and t.status == "failed"]
+    assert any(f"**Diagnosis: {mistake}**" in t.output for t in failed), failed
     for other in by_chapter(exercise.chapter):
         if other.id != exercise_id:
             assert report.exercise_score(other.id) == other.points, (other.id, report.tests)
@@ -229,8 +236,10 @@ def test_module_exercises_get_the_reference_weights():
     exercise = Exercise(id="ch06.ffn", chapter="06_ffn", notebook="ffn.ipynb", name="PositionwiseFeedForward",
                         kind="module", signature="", points=2, solution_grade_id="ch06-ffn",
                         test_grade_id="ch06-ffn-tests", reference="tfm_solution.feed_forward:PositionwiseFeedForward",
-                        cases=ffn_cases, mistakes={"no_relu": Mistake("the ReLU is missing", wrong)})
-    for source, points in ((student.format(hidden="self.w_1(x).relu()"), 2.0), (wrong, 0.0)):
+                        cases=ffn_cases, mistakes={"no_relu": Mistake("the ReLU is missing", wrong)}, has_dropout=True)
+    # Two eval-mode cases, one in training mode, the structure line: 0.5 points each. Without its
+    # ReLU the module still has the reference's structure.
+    for source, points in ((student.format(hidden="self.w_1(x).relu()"), 2.0), (wrong, 0.5)):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
         report = Report()
         run = ExerciseRun(parse_notebook("ffn.ipynb", nbformat.writes(nb).encode()), exercise, seed=None,

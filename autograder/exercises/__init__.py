@@ -37,6 +37,30 @@ declared mistakes: ``Exercise(mistakes={"snake_name": Mistake(message, source), 
     from a right answer in one slot each. Every declared mistake must lose points on its own
     exercise only; the registry-driven tests check that for every chapter, with no edit.
 
+module exercises (``kind="module"``) get more, from the shared machinery (``autograder.cases``)
+    Give every case that builds the module a ``construct``, and set ``has_dropout=True`` when
+    the notes' module applies dropout (its constructor takes ``dropout``; a test checks the flag
+    against the reference). Then, with nothing more to write:
+
+    * training-mode cases: copies of the first public and the first full-precision hidden case,
+      run in ``train()`` mode with autograd on; the output and the gradients reaching the inputs
+      and every parameter of the reference are compared. With ``has_dropout`` the constructor's
+      ``dropout`` is set to ``cases.TRAIN_DROPOUT`` and every dropout call is one fixed stand-in
+      (``worker.FixedDropout``), on the student's side and the reference's alike. It stands in
+      for ``torch.nn.functional.dropout`` itself, so ``nn.Dropout`` and a functional
+      ``F.dropout(x, p, self.training)`` are graded the same; a functional call that omits
+      ``training=self.training`` drops out in eval mode and fails the eval-mode cases. Dropout
+      written by hand (a mask from ``torch.rand``) does not match the stand-in and fails. To
+      choose these cases yourself, add ``Case(..., train=True)`` cases: then none are derived;
+    * a structure line: the parameters, buffers (``requires_grad``, shapes) and ``state_dict``
+      keys of the module as built, against the reference's, with a message naming each
+      difference ("`pe` is a trainable parameter; ... use register_buffer"). Only the entries of
+      the reference's ``state_dict`` that fit (same name and shape) are loaded into the
+      student's module, so a structural slip costs this line, not every case.
+
+    Declared mistakes are checked on these cases too: a mistake that only dropout or the
+    structure shows (``no_dropout``, ``pe_trainable`` in chapter 2) is diagnosed there.
+
 Write the chapter's tests (visible tests vs the mistakes, if any) in ``tests/``; the
 grader's own tests iterate over ``REGISTRY`` and cover the new module by themselves.
 """

@@ -71,7 +71,7 @@ def positional_encoding(seq_len, d_model):
 ''', frequencies="omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)",
                fill="pe[:, 0::2] = torch.sin(pos * omega)\n    pe[:, 1::2] = torch.cos(pos * omega)")
 
-_PE_MODULE = '''
+_pe_module = variants('''
 from torch import nn
 
 
@@ -80,11 +80,12 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = d_model
         self.dropout = nn.Dropout(p=dropout)
-        self.register_buffer("pe", torch.zeros(1, max_len, d_model))
+        {table}
 
     def forward(self, x):
-        return self.dropout({result})
-'''
+        return {forward}
+''', table='self.register_buffer("pe", torch.zeros(1, max_len, d_model))',
+                        forward="self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))")
 
 _rotation = variants('''
 def rotation_matrix(k, d_model):
@@ -156,16 +157,25 @@ EXERCISES = (
         mistakes={
             "positions_start_at_one": Mistake(
                 "the slice skips row 0 of the table: a sequence of length n takes rows 0 .. n-1, pe[:, :n]",
-                _PE_MODULE.format(result="x + self.pe[:, 1 : x.size(1) + 1].to(x.dtype)")),
+                _pe_module(forward="self.dropout(x + self.pe[:, 1 : x.size(1) + 1].to(x.dtype))")),
             "scales_by_sqrt_d_model": Mistake(
                 "x was multiplied by sqrt(d_model): that scale belongs to the embeddings (chapter 1), "
                 "the positional encoding only adds",
-                _PE_MODULE.format(result="x * math.sqrt(self.d_model) + self.pe[:, : x.size(1)].to(x.dtype)")),
+                _pe_module(forward="self.dropout(x * math.sqrt(self.d_model)"
+                                   " + self.pe[:, : x.size(1)].to(x.dtype))")),
             "result_dtype_promoted": Mistake(
                 "adding the float32 table to a lower-precision batch promoted the result to float32; "
                 "cast the slice with .to(x.dtype)",
-                _PE_MODULE.format(result="x + self.pe[:, : x.size(1)]")),
+                _pe_module(forward="self.dropout(x + self.pe[:, : x.size(1)])")),
+            "no_dropout": Mistake(
+                "dropout is never applied: in training mode the sum x + pe[:, :len] goes through self.dropout",
+                _pe_module(forward="x + self.pe[:, : x.size(1)].to(x.dtype)")),
+            "pe_trainable": Mistake(
+                "`pe` is a trainable nn.Parameter: the optimizer would change the table, which is fixed; "
+                "register it as a buffer (self.register_buffer(\"pe\", ...))",
+                _pe_module(table="self.pe = nn.Parameter(torch.zeros(1, max_len, d_model))")),
         },
+        has_dropout=True,
         time_budget_s=2.0,
     ),
     Exercise(

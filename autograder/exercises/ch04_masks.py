@@ -53,6 +53,11 @@ def batch_cases(seed: int) -> list[Case]:
     src = _padded_ids(gen, [dim(gen, 2, 6), 1], 2)
     cases.append(Case("source only", "without a target only src_mask is built", False, (src,),
                       attributes=("src_mask",)))
+    # The exercise asks for `src` too (the training loop reads batch.src): a case of its own, so
+    # that forgetting it costs this case only.
+    src = _padded_ids(gen, [dim(gen, 2, 6), dim(gen, 1, 6)], 2)
+    cases.append(Case("the source kept", "`src` is the source ids, unchanged", False,
+                      (src, _padded_ids(gen, [dim(gen, 3, 7), dim(gen, 2, 7)], 2)), attributes=("src",)))
     return cases
 
 

@@ -7,6 +7,7 @@ modules. Nothing here imports the rest of the grader, so there is no import circ
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,9 +25,14 @@ class Case:
     ``args``/``kwargs`` hold tensors, numbers, ``None`` and module stand-ins
     (``{"module": "scale", "factor": f}``, a dropout that multiplies by ``f``). For an
     ``nn.Module`` exercise, ``construct`` holds the constructor's arguments: the student's
-    module is built with them, gets the reference's weights, and is called in eval mode.
-    For a plain class exercise, ``attributes`` names the instance attributes that are
-    compared: the instance never crosses, the tuple of those attributes does.
+    module is built with them, gets the reference's weights, and is called in eval mode, or
+    in training mode when ``train`` is set: every dropout is then the same fixed stand-in on
+    both sides (``worker.FixedDropout``), and the gradients reaching the floating-point inputs
+    and the parameters named in ``gradients`` are compared too (``worker.run_graded``). A
+    ``structure`` case calls nothing: its ``args`` are constructor argument tuples, and the
+    module's parameters, buffers and ``state_dict`` as built with each are compared. For a
+    plain class exercise, ``attributes`` names the instance attributes that are compared: the
+    instance never crosses, the tuple of those attributes does.
     """
 
     title: str
@@ -38,6 +44,9 @@ class Case:
     atol: float = 1e-5
     construct: tuple | None = None
     attributes: tuple[str, ...] = ()
+    train: bool = False
+    structure: bool = False
+    gradients: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,8 @@ class Exercise:
         mistakes: the declared mistakes, by name, that the grader names when an output matches one.
         banned: library shortcuts reported by the policy check for this exercise.
         return_names: what the items of a returned tuple are called in the feedback.
+        has_dropout: a module exercise whose specification applies dropout (its constructor
+            takes ``dropout``): its training-mode cases set that rate (see ``autograder.cases``).
     """
 
     id: str
@@ -95,6 +106,13 @@ class Exercise:
     mistakes: Mapping[str, Mistake] = field(default_factory=dict, hash=False)
     banned: tuple[str, ...] = ()
     return_names: tuple[str, ...] = ()
+    has_dropout: bool = False
+
+
+def resolve(target: str):
+    """``"package.module:attr"`` -> the object (an exercise's ``reference``)."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def generators(seed: int) -> tuple[torch.Generator, torch.Generator]:
