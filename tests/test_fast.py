@@ -128,6 +128,35 @@ def test_fixed_shape_steps_give_the_same_numbers():
         beam_search(model, src, src_mask, 10, BOS, end)[1][0].tokens
 
 
+def test_the_step_compiles_to_one_graph_for_every_length():
+    """torch.compile with a backend that only records the graph (no code generation: seconds)."""
+    torch._dynamo.reset()
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    model = small_model()
+    src, src_mask = padded_source()
+    engine = InferenceEngine(model)
+    engine.compile(cache_len=12, backend=record, fullgraph=True)  # fullgraph: no break anywhere
+    for max_len in (9, 12):
+        assert torch.equal(engine.greedy_decode(src, src_mask, max_len, BOS, None, PAD),
+                           greedy_decode(model, src, src_mask, max_len, BOS, None, PAD))
+    assert len(graphs) == 1  # one compilation served both lengths
+    torch._dynamo.reset()
+
+
+def test_beams_wider_than_the_possible_outputs_return_each_output_once():
+    model = small_model()
+    src, src_mask = padded_source()
+    expected = beam_search(model, src, src_mask, 2, BOS, EOS, beam_size=V + 3, n_best=V + 3)
+    got = InferenceEngine(model).beam_search(src, src_mask, 2, BOS, EOS, beam_size=V + 3, n_best=V + 3)
+    assert [len(h) for h in got] == [len(h) for h in expected] == [V] * 4  # one token: V outputs, not V + 3
+    assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in expected]
+
+
 def test_bfloat16_weights_stay_close_to_float32():
     model = small_model()
     src, src_mask = padded_source()
@@ -265,6 +294,19 @@ def test_the_course_model_trains_the_same_through_the_fast_forward():
     torch.testing.assert_close(fast_loss, loss, atol=1e-5, rtol=1e-5)
     for name in grads:
         torch.testing.assert_close(fast_grads[name], grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_fast_forward_under_bfloat16_autocast_matches_the_chapters():
+    """Autocast (the GPU training recipe) runs the products in bfloat16: the masks must follow."""
+    model = small_model()
+    batch = _training_batch(V)
+    args = (batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+    with torch.no_grad():
+        full = model(*args)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            expected, got = model(*args), fast_forward(model, *args)
+    assert (expected - full).abs().max() > 1e-3  # bfloat16 really was used
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
 
 
 def test_run_epoch_trains_the_model_through_fast_training():

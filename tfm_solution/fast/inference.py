@@ -223,7 +223,9 @@ class InferenceEngine:
         cache = state.cache
         if cache.length >= cache.kv.size(4):
             raise ValueError(f"the cache holds {cache.kv.size(4)} positions; all are filled")
-        pos = torch.tensor([cache.length], device=token.device) if self.fixed_shape else cache.length
+        pos: int | torch.Tensor = cache.length
+        if self.fixed_shape:  # a tensor position, and a token column whose stride is 1 whatever max_len
+            pos, token = torch.tensor([cache.length], device=token.device), token.contiguous()
         log_probs = self._step(token, pos, cache.kv, state.cross_kv, state.cross_mask)
         cache.length += 1
         return log_probs
@@ -305,12 +307,13 @@ class InferenceEngine:
     def beam_search(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
                     end_symbol: int, beam_size: int = 4, alpha: float = 0.6, n_best: int = 1
                     ) -> list[list[Hypothesis]]:
-        """``decoding.beam_search`` with this engine: each sentence's ``n_best`` hypotheses, best first."""
+        """``decoding.beam_search`` with this engine (the same search, step for step): each
+        sentence's ``n_best`` finished hypotheses, best first."""
         _check(max_len, src, src_mask)
         if beam_size < 1 or not 1 <= n_best <= beam_size:
             raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
         if alpha < 0:
-            raise ValueError(f"alpha must be >= 0 (a negative penalty rewards short outputs), got {alpha}")
+            raise ValueError(f"alpha must be >= 0 (the early stop relies on it), got {alpha}")
         batch, k, device = src.size(0), beam_size, src.device
         # Each sentence's k rows share its source, so the cross-attention state is expanded once
         # and never reordered: a beam's parent is always a row of the same sentence.
@@ -319,36 +322,46 @@ class InferenceEngine:
         ys = torch.full((batch * k, max_len), start_symbol, dtype=torch.long, device=device)
         scores = torch.full((batch, k), -math.inf, dtype=torch.float64, device=device)
         scores[:, 0] = 0.0  # the k beams start identical: expand only the first
-        finished = torch.zeros(batch, k, dtype=torch.bool, device=device)
-        offsets = torch.arange(batch, device=device).unsqueeze(1) * k
-        t = 0
-        while t < max_len - 1:
-            log_probs = self.step(state, ys[:, t]).double().view(batch, k, -1)
-            frozen = torch.full_like(log_probs[0, 0], -math.inf)
-            frozen[end_symbol] = 0.0  # a finished beam can only repeat its end symbol, at no cost
-            log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
-            scores, parents, tokens = beam_step(scores, log_probs, k)
-            rows = (parents + offsets).view(-1)
-            finished = finished.gather(1, parents) | (tokens == end_symbol)
-            state.cache.reorder(rows)
-            ys[:, : t + 1] = ys[:, : t + 1].index_select(0, rows)
-            ys[:, t + 1] = tokens.view(-1)
-            t += 1
-            if bool((finished | scores.isneginf()).all()):
+        finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        open_ = [True] * batch
+        best_reachable = length_penalty(max_len - 1, alpha)
+        for step in range(1, max_len):
+            log_probs = self.step(state, ys[:, step - 1]).double().view(batch, k, -1)
+            cand = [c.tolist() for c in beam_step(scores, log_probs, min(2 * k, log_probs[0].numel()))]
+            new_scores = torch.full((batch, k), -math.inf, dtype=torch.float64, device=device)
+            parents = torch.zeros(batch, k, dtype=torch.long, device=device)
+            tokens = torch.full((batch, k), end_symbol, dtype=torch.long, device=device)
+            for b in range(batch):
+                alive = 0
+                for rank, (score, parent, token) in enumerate(zip(*(c[b] for c in cand))):
+                    if not open_[b] or alive == k or score == -math.inf:
+                        break
+                    if token == end_symbol:  # among the best k it finishes a hypothesis
+                        if rank < k:
+                            seq = ys[b * k + parent, :step].tolist() + [token]
+                            finished[b].append(Hypothesis(seq, score, score / length_penalty(step, alpha)))
+                        continue
+                    new_scores[b, alive], parents[b, alive], tokens[b, alive] = score, parent, token
+                    alive += 1
+                if step == max_len - 1:  # open prefixes at the length limit finish as they are
+                    for j in range(alive):
+                        score = float(new_scores[b, j])
+                        seq = ys[b * k + int(parents[b, j]), :step].tolist() + [int(tokens[b, j])]
+                        finished[b].append(Hypothesis(seq, score, score / length_penalty(step, alpha)))
+                ranked = sorted((h.score for h in finished[b]), reverse=True)
+                best_open = float(new_scores[b].max())
+                if (best_open == -math.inf or len(ranked) >= k
+                        or (len(ranked) >= n_best and ranked[n_best - 1] >= best_open / best_reachable)):
+                    open_[b] = False
+                    new_scores[b] = -math.inf
+            if not any(open_):
                 break
-        results = []
-        for b in range(batch):
-            hyps = []
-            for j in range(k):
-                if scores[b, j] == -math.inf:
-                    continue  # an empty slot: fewer possible outputs than beams
-                seq = ys[b * k + j, : t + 1].tolist()
-                if end_symbol in seq[1:]:
-                    seq = seq[: seq.index(end_symbol, 1) + 1]
-                log_prob = float(scores[b, j])
-                hyps.append(Hypothesis(seq, log_prob, log_prob / length_penalty(len(seq) - 1, alpha)))
-            results.append(sorted(hyps, key=lambda hyp: hyp.score, reverse=True)[:n_best])
-        return results
+            rows = (parents + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
+            state.cache.reorder(rows)
+            ys[:, :step] = ys[:, :step].index_select(0, rows)
+            ys[:, step] = tokens.view(-1)
+            scores = new_scores
+        return [sorted(f, key=lambda h: h.score, reverse=True)[:n_best] for f in finished]
 
 
 def _residual(post: bool, norm: nn.Module, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]
