@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import (Case, Exercise, Mistake, dim, generators, key_padding_mask, padded_lengths,
+                                         randn, variants)
 
 CHAPTER, NOTEBOOK = "03_attention", "attention.ipynb"
 
@@ -15,9 +16,7 @@ def attention_cases(seed: int) -> list[Case]:
     cases = [Case("2 queries, 3 keys, no mask", "output and weights on a small 3-D batch (public)", True,
                   (randn(pub, 1, 2, 4), randn(pub, 1, 3, 4), randn(pub, 1, 3, 5)))]
     b, h, lq, lk, d = dim(gen, 2, 3), dim(gen, 2, 4), dim(gen, 3, 7), dim(gen, 8, 12), dim(gen, 5, 7)
-    lengths = torch.randint(1, lk + 1, (b,), generator=gen)
-    lengths[0] = lk
-    pad = (torch.arange(lk)[None, :] < lengths[:, None])[:, None, None, :]
+    pad = key_padding_mask(padded_lengths(gen, b, lk))
     cases.append(Case("multi-head batch with a padding mask", "4-D inputs, key padding mask of shape (b, 1, 1, len_k)",
                       False, (randn(gen, b, h, lq, d), randn(gen, b, h, lk, d), randn(gen, b, h, lk, d)),
                       {"mask": pad}))

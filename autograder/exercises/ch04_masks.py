@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import (Case, Exercise, Mistake, dim, generators, key_padding_mask, padded_lengths,
+                                         randn, variants)
 
 CHAPTER, NOTEBOOK = "04_masks", "masks.ipynb"
 
@@ -41,13 +42,13 @@ def batch_cases(seed: int) -> list[Case]:
                   attributes=_BATCH_ATTRIBUTES)]
     b = dim(gen, 3, 5)
     src_len, tgt_len = dim(gen, 4, 9), dim(gen, 4, 9)
-    src = _padded_ids(gen, [src_len] + [dim(gen, 1, src_len) for _ in range(b - 1)], 2)
-    tgt = _padded_ids(gen, [tgt_len] + [dim(gen, 2, tgt_len) for _ in range(b - 1)], 2)
+    src = _padded_ids(gen, padded_lengths(gen, b, src_len), 2)
+    tgt = _padded_ids(gen, padded_lengths(gen, b, tgt_len, shortest=2), 2)
     cases.append(Case("padded batch, default pad", "every attribute on a batch of sentences of mixed lengths",
                       False, (src, tgt), attributes=_BATCH_ATTRIBUTES))
     pad = dim(gen, 0, 1)
-    src = _padded_ids(gen, [dim(gen, 1, 6) for _ in range(3)], pad)
-    tgt = _padded_ids(gen, [dim(gen, 2, 7) for _ in range(3)], pad)
+    src = _padded_ids(gen, padded_lengths(gen, 3, dim(gen, 2, 6)), pad)
+    tgt = _padded_ids(gen, padded_lengths(gen, 3, dim(gen, 3, 7), shortest=2), pad)
     cases.append(Case("another pad id", "the `pad` argument is used (here it is not 2)", False, (src, tgt),
                       {"pad": pad}, attributes=_BATCH_ATTRIBUTES))
     src = _padded_ids(gen, [dim(gen, 2, 6), 1], 2)
@@ -67,8 +68,7 @@ def masked_softmax_cases(seed: int) -> list[Case]:
     cases = [Case("2 rows, one hidden entry", "weights of a (2, 4) float32 row pair (public)", True,
                   (randn(pub, 2, 4), torch.tensor([[True, True, False, True], [True, True, True, True]])))]
     b, h, lq, lk = dim(gen, 2, 3), dim(gen, 2, 4), dim(gen, 3, 6), dim(gen, 5, 9)
-    lengths = torch.randint(1, lk + 1, (b,), generator=gen)
-    pad = (torch.arange(lk)[None, :] < lengths[:, None])[:, None, None, :]
+    pad = key_padding_mask(padded_lengths(gen, b, lk))
     cases.append(Case("key padding mask, 4-D", "a (b, 1, 1, len_k) mask broadcast over heads and queries", False,
                       (randn(gen, b, h, lq, lk, scale=3.0), pad)))
     n = dim(gen, 4, 7)

@@ -149,3 +149,15 @@ def variants(template: str, **correct: str) -> Callable[..., str]:
         return template.format(**{**correct, **change})
 
     return make
+
+
+def padded_lengths(gen: torch.Generator, batch: int, longest: int, shortest: int = 1) -> list[int]:
+    """Lengths of ``batch`` sentences for a padding case: the first is ``longest``, every other
+    one is shorter (``shortest .. longest - 1``). Such a case always pads, so always hides keys:
+    an answer that ignores the padding cannot pass it, whatever the seed."""
+    return [longest] + [dim(gen, shortest, longest - 1) for _ in range(batch - 1)]
+
+
+def key_padding_mask(lengths: list[int]) -> torch.Tensor:
+    """``(batch, 1, 1, max(lengths))`` boolean mask, True on each sentence's real (not padded) keys."""
+    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
