@@ -4,13 +4,16 @@ Every entry of DIR (a notebook, a folder or a zip) is one submission, named afte
 Submissions are graded concurrently by ``--jobs`` harness processes (each with its own
 fork server and pytest session) with a progress bar; one row per submission goes to the
 CSV, with a score per exercise. A submission that breaks the grader gets an error row,
-never a crash of the batch.
+never a crash of the batch, and the CSV is always written: a grading process that dies
+gives an error row, and a batch that outlives its time budget (every exercise's worst case,
+which only a grader bug could exceed) stops with error rows for what was left.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -23,6 +26,7 @@ from autograder.extract import SubmissionError
 from autograder.grade import grade_path
 from autograder.registry import REGISTRY
 from autograder.results import error_results, to_gradescope, write_results
+from autograder.sandbox import Limits
 
 
 def submissions(folder: Path) -> list[Path]:
@@ -52,19 +56,43 @@ def _grade_one(path: Path, chapter: str | None, results_dir: Path | None) -> dic
     return row
 
 
+def _error_row(path: Path, why: str) -> dict:
+    return {"submission": path.name, "score": "", "max_score": "", "seconds": "", "error": why}
+
+
+def time_budget(submissions: int, jobs: int, chapter: str | None) -> float:
+    """Seconds a batch may take: each exercise's worst case (start, then cases until two time out)."""
+    limits = Limits()
+    exercises = [e for e in REGISTRY if chapter is None or e.chapter.split("_")[0] == chapter.zfill(2)]
+    per_submission = 120 + len(exercises) * (limits.start_timeout_s + 3 * limits.call_timeout_s + 30)
+    return math.ceil(submissions / jobs) * per_submission
+
+
 def grade_folder(folder: Path, *, chapter: str | None = None, jobs: int = 0,
                  results_dir: Path | None = None, progress: bool = True) -> list[dict]:
-    """Grade every submission of ``folder``; rows in submission order."""
+    """Grade every submission of ``folder``; rows in submission order (an error row for any not graded)."""
     paths = submissions(folder)
     jobs = jobs or os.cpu_count() or 1
     rows: dict[str, dict] = {}
     # Fresh interpreters (not forks of this one): each starts its own fork server and pytest.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_grade_one, p, chapter, results_dir) for p in paths]
-        for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="submission",
-                           disable=not progress):
-            row = future.result()
-            rows[row["submission"]] = row
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+    futures = {pool.submit(_grade_one, p, chapter, results_dir): p for p in paths}
+    try:
+        for future in tqdm(as_completed(futures, timeout=time_budget(len(paths), jobs, chapter)),
+                           total=len(futures), desc="grading", unit="submission", disable=not progress):
+            path = futures[future]
+            try:
+                rows[path.name] = future.result()
+            except Exception as exc:  # noqa: BLE001 - a grading process that died (killed, out of memory)
+                rows[path.name] = _error_row(path, f"autograder error: the grading process failed ({exc!r})"[:200])
+    except TimeoutError:
+        # Only a grader bug gets here; the processes still grading are killed, the rest is reported.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for path in paths:
+        rows.setdefault(path.name, _error_row(path, "autograder error: not graded within the batch's time budget"))
     return [rows[p.name] for p in paths]
 
 

@@ -3,6 +3,9 @@
 A submission is a notebook, a folder of notebooks or a zip of them. Nothing in it is
 executed here, and nothing from it but code-cell sources ever reaches a worker: outputs,
 metadata, test cells and other files are dropped. Tests never come from the submission.
+Sizes and counts are capped before anything is read (files, a folder's entries, all
+notebooks together, like a zip's members), and parsing is bounded: a notebook of too many
+JSON objects is refused, and an old format is converted without its outputs.
 
 Which code is graded: from every code cell, its imports, function and class definitions
 and call-free assignments (so helpers and constants defined elsewhere still work, but
@@ -24,9 +27,13 @@ from pathlib import Path, PurePosixPath
 
 from autograder.registry import Exercise
 
-MAX_NOTEBOOK_BYTES = 100 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # one notebook file (the course's are under 2 MB)
+MAX_SUBMISSION_BYTES = 50 * 1024 * 1024  # all notebooks of a submission together
+MAX_JSON_OBJECTS = 100_000  # objects in one notebook's JSON (the course's have about 500)
 MAX_ZIP_MEMBERS = 2000
 MAX_ZIP_TOTAL_BYTES = 200 * 1024 * 1024
+MAX_FOLDER_ENTRIES = 2000  # files and folders looked at in a submitted folder
+MAX_FOLDER_DEPTH = 8
 MAX_NOTEBOOKS = 64
 _MAGIC = re.compile(r"^\s*[%!]")
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -73,8 +80,29 @@ class Extraction:
     error: str | None = None
 
     def digest(self) -> str:
-        """Hash of the answer code: the same answer gives the same fresh inputs everywhere."""
-        return hashlib.sha256("\0".join(c["source"] for c in self.chunks).encode()).hexdigest()
+        """Hash of the code as Python parses it: comments, formatting and docstrings do not count,
+        so the same answer gives the same fresh inputs everywhere, and editing a comment does not
+        draw new hidden cases."""
+        return hashlib.sha256("\0".join(_normalised(c["source"]) for c in self.chunks).encode()).hexdigest()
+
+
+def _normalised(source: str) -> str:
+    """``source``'s syntax tree without positions and docstrings (the source itself if it does not parse)."""
+    try:
+        return ast.dump(without_docstrings(ast.parse(source)))
+    except SyntaxError:
+        return source
+
+
+def without_docstrings(tree: ast.Module) -> ast.Module:
+    """``tree`` with the docstring of the module, of every function and of every class removed (in place)."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
 
 
 def _meta(cell: dict) -> dict:
@@ -83,18 +111,45 @@ def _meta(cell: dict) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+class _TooManyObjects(ValueError):
+    pass
+
+
+def _counted(limit: int):
+    """A JSON object hook that refuses the ``limit``-th object: parsing stays bounded in memory."""
+    count = [0]
+
+    def hook(obj: dict) -> dict:
+        count[0] += 1
+        if count[0] > limit:
+            raise _TooManyObjects(f"more than {limit} JSON objects")
+        return obj
+
+    return hook
+
+
+def _without_outputs(nb):
+    """An old-format notebook's JSON with every list of outputs emptied (only sources are graded)."""
+    if isinstance(nb, dict):
+        return {k: [] if k == "outputs" else _without_outputs(v) for k, v in nb.items()}
+    if isinstance(nb, list):
+        return [_without_outputs(v) for v in nb]
+    return nb
+
+
 def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
     """Parse notebook bytes (any nbformat version); never raises for bad content."""
     if len(data) > MAX_NOTEBOOK_BYTES:
         return Unreadable(name, f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
-        nb = json.loads(data.decode("utf-8"))
+        nb = json.loads(data.decode("utf-8"), object_hook=_counted(MAX_JSON_OBJECTS))
         if not isinstance(nb, dict):
             raise ValueError("not a notebook (no JSON object)")
         if nb.get("nbformat") != 4:
             import nbformat  # only for older formats: it converts them (its import takes seconds)
 
-            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+            # Converted without outputs, so the conversion's time and memory follow the sources.
+            nb = nbformat.reads(json.dumps(_without_outputs(nb)), as_version=4)
         if not isinstance(nb.get("cells"), list):
             raise ValueError("not a notebook (no list of cells)")
     except Exception as exc:  # noqa: BLE001 - any parser failure means "unreadable"
@@ -119,17 +174,61 @@ def read_submission(path: str | Path) -> list[Notebook | Unreadable]:
     """Every notebook of a submission: a ``.ipynb``, a folder (searched recursively) or a zip."""
     path = Path(path)
     if path.is_dir():
-        found = sorted(Path(root) / name for root, dirs, files in os.walk(path)  # never follows links
-                       for name in files if name.endswith(".ipynb") and ".ipynb_checkpoints" not in root
-                       and not (Path(root) / name).is_symlink())
+        found = _notebooks_in(path)
         if not found:
             raise SubmissionError("no notebook (.ipynb) found in the submission")
-        return [parse_notebook(str(p.relative_to(path)), _read_capped(p)) for p in found[:MAX_NOTEBOOKS]]
+        notebooks: list[Notebook | Unreadable] = []
+        left = MAX_SUBMISSION_BYTES
+        for file, size in found[:MAX_NOTEBOOKS]:
+            name = _safe_name(str(file.relative_to(path)))
+            if size > min(left, MAX_NOTEBOOK_BYTES):
+                notebooks.append(Unreadable(name, _too_big(size, left)))
+                continue
+            left -= size
+            notebooks.append(parse_notebook(name, _read_capped(file)))
+        return notebooks
     if zipfile.is_zipfile(path):
         return _read_zip(path)
     if path.is_file():
-        return [parse_notebook(path.name, _read_capped(path))]
+        return [parse_notebook(_safe_name(path.name), _read_capped(path))]
     raise SubmissionError(f"{path.name}: no such file or folder")
+
+
+def _notebooks_in(folder: Path) -> list[tuple[Path, int]]:
+    """(path, size) of the notebooks in ``folder``, sorted, found without following links; a
+    folder of more than MAX_FOLDER_ENTRIES entries is refused before any file is read."""
+    found, seen, todo = [], 0, [(folder, 0)]
+    while todo:
+        current, depth = todo.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > MAX_FOLDER_ENTRIES:
+            raise SubmissionError(f"the submission holds more than {MAX_FOLDER_ENTRIES} files and folders; "
+                                  "submit the notebooks only")
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != ".ipynb_checkpoints" and depth < MAX_FOLDER_DEPTH:
+                    todo.append((Path(entry.path), depth + 1))
+            elif entry.name.endswith(".ipynb") and entry.is_file(follow_symlinks=False):
+                found.append((Path(entry.path), entry.stat(follow_symlinks=False).st_size))
+    return sorted(found)
+
+
+def _too_big(size: int, left: int) -> str:
+    if size > MAX_NOTEBOOK_BYTES:
+        return f"the file is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB"
+    return (f"not read: the submission's notebooks together exceed {MAX_SUBMISSION_BYTES // 2**20} MB "
+            f"({left // 2**20} MB were left for this one)")
+
+
+def _safe_name(name: str) -> str:
+    """A submitted file's name as shown in the results: plain characters only (it is student text)."""
+    return "".join(c if c.isalnum() or c in "._-/ " else "_" for c in name)[:200]
 
 
 def _read_capped(path: Path) -> bytes:
@@ -146,16 +245,18 @@ def _read_zip(path: Path) -> list[Notebook | Unreadable]:
         if sum(m.file_size for m in members) > MAX_ZIP_TOTAL_BYTES:
             raise SubmissionError("the zip expands to more than 200 MB")
         notebooks: list[Notebook | Unreadable] = []
+        left = MAX_SUBMISSION_BYTES
         for member in members:
             name = PurePosixPath(member.filename.replace("\\", "/"))
             is_link = (member.external_attr >> 16) & 0o170000 == 0o120000
             if (member.is_dir() or is_link or name.suffix != ".ipynb" or ".ipynb_checkpoints" in name.parts
                     or "__MACOSX" in name.parts):
                 continue
-            clean = "/".join(p for p in name.parts if p not in ("", ".", "..", "/"))
-            if member.file_size > MAX_NOTEBOOK_BYTES:
-                notebooks.append(Unreadable(clean, "the file is larger than the size cap"))
+            clean = _safe_name("/".join(p for p in name.parts if p not in ("", ".", "..", "/")))
+            if member.file_size > min(left, MAX_NOTEBOOK_BYTES):
+                notebooks.append(Unreadable(clean, _too_big(member.file_size, left)))
                 continue
+            left -= member.file_size
             with archive.open(member) as handle:
                 notebooks.append(parse_notebook(clean, handle.read(MAX_NOTEBOOK_BYTES + 1)))
             if len(notebooks) >= MAX_NOTEBOOKS:
@@ -254,3 +355,58 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
                                     "as in a kernel, the last definition was graded")
     return result
 
+
+
+def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:
+    """The ``banned`` library names the answer reaches, however they are spelled.
+
+    Starting from the answer cell, every name it uses is followed to its definitions in any
+    extracted cell (functions, classes, assignments, imports), and those are searched in turn:
+    ``from torch.nn.functional import scaled_dot_product_attention as fast``, ``fast =
+    F.scaled_dot_product_attention`` in another cell, or ``getattr(F, "scaled_dot_product_attention")``
+    in a helper all count. (What is built from pieces at run time is not seen.)
+    """
+    if not banned:
+        return []
+    definitions: dict[str, list[ast.AST]] = {}
+    for chunk in extraction.chunks:
+        try:
+            body = ast.parse(chunk["source"]).body
+        except SyntaxError:
+            continue
+        for node in body:
+            for name in _bound_names(node):
+                definitions.setdefault(name, []).append(node)
+    try:
+        todo: list[ast.AST] = [ast.parse(extraction.answer_source)]
+    except SyntaxError:
+        return []
+    seen: set[int] = set()
+    used: set[str] = set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for sub in ast.walk(node):
+            words = [getattr(sub, "id", None), getattr(sub, "attr", None)]
+            if isinstance(sub, ast.alias):
+                words += [*sub.name.split("."), sub.asname]
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                words += [b for b in banned if b in sub.value]
+            used.update(w for w in words if w in banned)
+            if isinstance(sub, ast.Name):
+                todo += definitions.get(sub.id, [])
+    return sorted(used)
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    """The top-level names a statement defines."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [a.asname or a.name.split(".")[0] for a in node.names]
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return []

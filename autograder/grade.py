@@ -14,6 +14,7 @@ import ast
 import hashlib
 import importlib
 import inspect
+import marshal
 import os
 import time
 from pathlib import Path
@@ -25,11 +26,14 @@ from autograder.cases import graded_cases
 from autograder.checks import run_checks
 from autograder.compare import Verdict, compare, compare_structures, parse_structures
 from autograder.exercises.shared import Case, resolve
-from autograder.extract import Extraction, Notebook, Unreadable, extract, find_notebook, read_submission
+from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_notebook, read_submission,
+                                shortcut_uses, without_docstrings)
+from autograder.feedback import bound, fenced
+from autograder.gradescope import packaged_salt
 from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
 from autograder.results import ERROR_NOTE, Report, TestResult, split_points
-from autograder.sandbox import Limits, Worker, WorkerDied, hidden_paths, isolation
+from autograder.sandbox import Limits, SandboxFailed, Worker, WorkerDied, hidden_paths, isolation, kill_all
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
 
@@ -62,8 +66,9 @@ def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]
 
 
 def default_seed(exercise: Exercise, extraction: Extraction) -> int:
-    """Fresh inputs per submission: a hash of the answer code and the course's secret salt."""
-    salt = os.environ.get("AUTOGRADER_SALT", "")
+    """Fresh inputs per submission: a hash of the answer code (comments and formatting aside)
+    and the course's secret salt (``AUTOGRADER_SALT``, else the one a Gradescope package carries)."""
+    salt = os.environ.get("AUTOGRADER_SALT") or packaged_salt()
     digest = hashlib.sha256(f"{salt}|{exercise.id}|{extraction.digest()}".encode()).hexdigest()
     return int(digest[:8], 16)
 
@@ -180,12 +185,7 @@ def _policy(exercise: Exercise, extraction: Extraction) -> TestResult | None:
     """Library shortcuts for the exercise under test: reported apart, worth no points."""
     if not exercise.banned:
         return None
-    try:
-        tree = ast.parse(extraction.answer_source)
-    except SyntaxError:
-        return None
-    used = sorted({n for node in ast.walk(tree) for n in (getattr(node, "attr", None), getattr(node, "id", None))
-                   if n in exercise.banned})
+    used = shortcut_uses(extraction, exercise.banned)
     text = (f"Your answer calls {', '.join(f'`{u}`' for u in used)}: this exercise asks you to write it yourself. "
             "Points are not deducted automatically; your instructor sees this line." if used
             else "No library shortcut for this exercise was used.")
@@ -227,8 +227,11 @@ class ExerciseRun:
         if not self.extraction.error:
             self.reference = resolve(exercise.reference)
             source, names, modules = _provided(exercise)
-            self.setup = {"chunks": self.extraction.chunks, "name": exercise.name, "provided_source": source,
-                          "provided_names": names, "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES)}
+            # Only bytecode without docstrings travels: the worker holds no readable reference, even
+            # of a prerequisite that is another exercise of the chapter being graded.
+            self.provided = marshal.dumps(compile(without_docstrings(ast.parse(source)), "<provided>", "exec"))
+            self.setup = {"chunks": self.extraction.chunks, "name": exercise.name, "provided_names": names,
+                          "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES)}
 
     def name(self, number: int) -> str:
         return _case_name(self.exercise, self.cases[number])
@@ -286,7 +289,10 @@ class ExerciseRun:
 
     def _start_worker(self) -> None:
         try:
-            self.worker = Worker(self.setup, self.limits, self.hide)
+            self.worker = Worker(self.setup, self.limits, self.hide, [self.provided])
+        except SandboxFailed as failed:  # nothing of the student's ran: fail closed, as the grader's fault
+            self.load_failure = f"{ERROR_NOTE}: {failed.reason}"
+            raise
         except WorkerDied as died:
             self.load_failure = f"{died.reason} (while running your notebook's code, before any test)"
             raise
@@ -296,7 +302,7 @@ class ExerciseRun:
         label = self.extraction.answer_label + ":"
         errors = [e for e in ready.get("errors", []) if e.startswith(label) or not ready.get("found")]
         if errors and not any(n.startswith("error while running") for n in self.notes):
-            self.notes += [f"error while running your code: {e}" for e in errors]
+            self.notes += [f"error while running your code:\n\n{fenced(e)}" for e in errors]
         if not ready.get("found"):
             raise _NotDefined(f"`{self.exercise.name}` is not defined after running your code"
                               + ("" if ready.get("errors") else " (is the answer cell still a stub?)"))
@@ -325,8 +331,7 @@ class ExerciseRun:
         output = "".join(self.printed).strip()
         notes = list(self.notes)
         if output:
-            notes.append("your code printed:\n\n```\n" + output[:2000].replace("```", "'''")
-                         + ("\n[... truncated ...]" if len(output) > 2000 else "") + "\n```")
+            notes.append("your code printed:\n\n" + fenced(output))
         if notes:
             report.tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "\n\n".join(notes)))
 
@@ -351,9 +356,11 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
             return TestResult(name, 0.0, weight, "\n\n".join(lines + ["not implemented yet (the stub raises "
                                                                        "`NotImplementedError`)"]))
         if error.startswith("MemoryError") or "can't allocate memory" in error:
-            return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"exceeded the memory limit ({error[:200]})"]))
+            return TestResult(name, 0.0, weight, "\n\n".join(lines + ["exceeded the memory limit:\n\n"
+                                                                       + fenced(error, 200)]))
         diagnosis = _diagnose(exercise, case, state=state, error=error, seed=seed)
-        return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"your code raised `{error}`", *diagnosis]))
+        return TestResult(name, 0.0, weight, "\n\n".join(lines + ["your code raised:\n\n" + fenced(error),
+                                                                   *diagnosis]))
     try:
         got = parse_structures(reply.get("structure")) if case.structure else wire.unpack_value(reply.get("value"), out)
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
@@ -409,10 +416,13 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
     if not chosen:
         report.notes.append("no exercise of the course was found in this submission")
     runs: list[ExerciseRun] = []
-    for exercise, nb in chosen:
-        if isinstance(nb, Notebook):
-            runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide))
-    run_checks(runs)
+    try:
+        for exercise, nb in chosen:
+            if isinstance(nb, Notebook):
+                runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide))
+        run_checks(runs)
+    finally:
+        kill_all()  # whatever was raised: every worker, and all it started, is gone before results exist
     if runs:
         report.sandbox = isolation()[2]
     unreadable_done: set[str] = set()
@@ -429,5 +439,6 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
     for nb in notebooks:
         if isinstance(nb, Unreadable) and nb.name not in unreadable_done and only is None:
             report.tests.append(TestResult(f"could not read notebook {nb.name}", 0.0, 0.0, nb.reason))
+    bound(report.tests)
     report.execution_time = time.monotonic() - start
     return report

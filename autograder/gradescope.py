@@ -3,8 +3,12 @@
 The zip holds the grader and the reference (``source/``), a ``requirements-grader.txt``
 pinned to the versions installed here (the grader's runtime closure only, not the course's
 whole environment), optionally the wheels themselves, ``setup.sh`` (installs them) and
-``run_autograder`` (grades ``/autograder/submission`` into ``/autograder/results``).
-When Gradescope runs it as root, each worker gives up root for ``nobody`` (see ``worker``).
+``run_autograder`` (grades ``/autograder/submission`` into ``/autograder/results``) and
+``autograder/salt.txt``, a secret drawn anew for each package: it goes into every seed of
+hidden cases, so nobody can reproduce them outside the grader. When Gradescope runs it as
+root, each worker gives up root for a user of its own (see ``worker``); ``run_autograder``
+first closes everything under /autograder to other users but the venv, which they may only
+read (where namespaces are missing, these modes are what hides the rest).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as metadata
 import re
+import secrets
 import zipfile
 from pathlib import Path
 
@@ -36,9 +41,16 @@ fi
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Grades the submission; results.json is written by the harness after every worker is gone.
-# Workers run as nobody: where the container forbids namespaces, these modes are what keeps
-# the reference, the submission folder and the results out of their reach.
-chmod 700 /autograder/source /autograder/submission /autograder/results
+# Workers run as users of their own: where the container forbids namespaces, these modes are
+# what keeps the package (reference, salt), the submission, the results and everyone's
+# metadata out of their reach. Only the venv stays readable, and nobody but root may write it.
+set -eu
+shopt -s nullglob dotglob
+chmod 711 /autograder
+for entry in /autograder/*; do
+  [ "$entry" = /autograder/venv ] || chmod -R go-rwx "$entry"
+done
+chmod -R go-w /autograder/venv
 cd /autograder/source
 PYTHONPATH=/autograder/source exec /autograder/venv/bin/python -m autograder grade /autograder/submission \\
   --chapter {chapter} --results /autograder/results/results.json
@@ -67,14 +79,26 @@ def runtime_requirements(roots: tuple[str, ...] = RUNTIME_ROOTS) -> list[str]:
     return sorted(f"{n}=={v}" for n, v in pins.items())
 
 
+SALT_FILE = Path(__file__).with_name("salt.txt")
+
+
+def packaged_salt() -> str:
+    """The secret salt of the package this grader came in ("" in the repository)."""
+    try:
+        return SALT_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
 def build(chapter: str, out: Path, wheels: Path | None = None) -> Path:
     """Write the package for one chapter (= one Gradescope assignment)."""
     if not any(e.chapter.split("_")[0] == chapter.zfill(2) for e in REGISTRY):
         raise ValueError(f"no exercises for chapter {chapter!r}")
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in ("autograder", "tfm_solution"):
-            for path in sorted((REPO_ROOT / package).glob("*.py")):
-                archive.write(path, f"{package}/{path.name}")
+            for path in sorted((REPO_ROOT / package).rglob("*.py")):  # with sub-packages (autograder.exercises)
+                archive.write(path, str(path.relative_to(REPO_ROOT)))
+        archive.writestr(f"autograder/{SALT_FILE.name}", secrets.token_hex(32) + "\n")
         archive.writestr("requirements-grader.txt", "\n".join(runtime_requirements()) + "\n")
         for name, text in (("setup.sh", SETUP_SH.format(index=TORCH_CPU_INDEX)),
                            ("run_autograder", RUN_AUTOGRADER.format(chapter=chapter.zfill(2)))):

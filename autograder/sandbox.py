@@ -3,26 +3,36 @@
 Workers are forked by one fork server per harness process (``worker.fork_server``: a
 ``python -I -S -u -B`` with an allow-listed environment that imports torch once, so a worker costs
 milliseconds, not seconds). Where the operating system allows it, each worker gets fresh
-mount, network and PID namespaces (as root directly, otherwise inside a user namespace): no
-network, the harness's files hidden under empty mounts, and killing the worker, the first
+mount, network, IPC and PID namespaces (as root directly, otherwise inside a user namespace):
+no network, a read-only file system in which the harness's files are hidden under empty
+mounts and every writable folder is a private, empty one, and killing the worker, the first
 process of its PID namespace, kills every process the submission made. Otherwise its
-process group is killed, and the report says the isolation was weaker.
+process group is killed, and the report says the isolation was weaker. When the grader
+runs as root, each worker runs as a user of its own, so workers cannot signal each other.
+
+Everything a worker sends is checked before it is believed or allocated: every pipe
+operation has a deadline, a reply's header is validated (size, leaves, nesting, how many
+bytes its tensors claim) before its body is read, and any reply that breaks the protocol
+kills the worker. The worker checks its own sandbox before running student code and says
+so first; a step that failed fails the exercise closed, as an autograder error.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
-import socket
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +41,14 @@ from autograder import worker as wire
 WORKER_SCRIPT = Path(wire.__file__).resolve()
 REPO_ROOT = WORKER_SCRIPT.parent.parent
 OUTPUT_CAP = 16 * 1024  # characters of a worker's stdout/stderr kept for the feedback
+MAX_HEADER_BYTES = 1 << 20  # a reply's JSON header
+MAX_LEAVES = 256  # values (tensors, numbers, ...) in one reply
+MAX_DEPTH = 16  # nesting of tuples in one reply
+MAX_DIMS = 16  # dimensions of one returned tensor
+MAX_TEXT = 300  # characters of a worker's description of a value it could not send
+# Workers of a root grader run as UID_BASE + their PID: a user of their own, whom no other
+# worker may signal, and whose processes, IPC objects and files can all be found again.
+UID_BASE = 0x60000000
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,14 @@ class WorkerDied(Exception):
         self.output = ""  # what the worker printed, when it died while loading
 
 
+class SandboxFailed(WorkerDied):
+    """The sandbox could not be closed, so no student code ran: an autograder error, failed closed."""
+
+
+class _Malformed(Exception):
+    """A reply that breaks the protocol (always the worker's doing)."""
+
+
 class _ForkServer:
     """The process that imports torch once and forks every worker (see ``worker.fork_server``)."""
 
@@ -70,7 +96,6 @@ class _ForkServer:
         ours.settimeout(120)
         ours.send(json.dumps({"sys_path": _site_paths()}).encode())
         hello = json.loads(ours.recv(1 << 16))
-        ours.settimeout(None)
         self.namespaces, self.root = hello["namespaces"], hello["root"]
 
     def spawn(self, fds: list[int], isolate: bool) -> tuple[int, int]:
@@ -87,6 +112,8 @@ _SERVER_LOCK = threading.Lock()
 # ignored anyway: ``-I``); ``-u`` keeps what a worker prints even when it is killed.
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# What workers of this process reported they could not do (shown with the isolation).
+_WEAKER: set[str] = set()
 
 
 def fork_server() -> _ForkServer:
@@ -99,15 +126,17 @@ def fork_server() -> _ForkServer:
 
 
 def isolation() -> tuple[bool, bool, str]:
-    """(namespaces, drop to nobody, description) of the isolation workers get here."""
+    """(namespaces, a user of its own per worker, description) of the isolation workers get here."""
     server = fork_server()
+    weaker = "".join(f"; {w}" for w in sorted(_WEAKER))
     if server.namespaces:
-        who = "runs as nobody" if server.root else "runs without privileges in a user namespace"
-        return True, server.root, f"namespaces (no network, harness files hidden, own PIDs); {who}"
-    # Without namespaces, root can still give up root, if nobody can reach the interpreter.
+        who = "runs as a user of its own" if server.root else "runs without privileges in a user namespace"
+        return True, server.root, (f"namespaces (no network, private IPC, read-only files, harness files hidden, "
+                                   f"private writable folders, own PIDs); {who}{weaker}")
+    # Without namespaces, root can still give up root, if other users can reach the interpreter.
     drop = server.root and not _private_ancestors()
     return False, drop, ("process group and resource limits only (namespaces unavailable): network not blocked"
-                         + ("; runs as nobody" if drop else ""))
+                         + ("; runs as a user of its own" if drop else "") + weaker)
 
 
 def _site_paths() -> list[str]:
@@ -119,10 +148,14 @@ def _site_paths() -> list[str]:
     return list(dict.fromkeys(zipped + paths[:2] + lib_dynload + paths[2:]))
 
 
+def _prefixes() -> set[Path]:
+    return {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+
+
 def _private_ancestors() -> dict[str, list[str]]:
-    """The interpreter's ancestors that ``nobody`` cannot enter (e.g. a home holding pyenv)."""
+    """The interpreter's ancestors that other users cannot enter (e.g. a home holding pyenv)."""
     cover: dict[str, list[str]] = {}
-    for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
+    for prefix in _prefixes():
         for ancestor in reversed(prefix.parents):
             if ancestor != Path("/") and not ancestor.stat().st_mode & 0o001:
                 cover.setdefault(str(ancestor), []).append(str(prefix))
@@ -130,60 +163,116 @@ def _private_ancestors() -> dict[str, list[str]]:
     return cover
 
 
-def covered_paths() -> dict[str, list[str]]:
+def _kept(folder: Path) -> list[str]:
+    """The interpreter's folders inside ``folder``: they stay visible (read-only) when it is covered."""
+    return sorted(str(p) for p in _prefixes() if folder in p.parents)
+
+
+def writable_paths() -> dict[str, list[str]]:
+    """Every folder near the root that anyone may write (/tmp, /var/tmp, /dev/shm, /run/lock, ...).
+
+    Each becomes a private, empty folder in a worker (keeping an interpreter installed there),
+    and these are the only places a worker can write: everything else is read-only.
+    """
+    found = {Path("/tmp").resolve()}
+    for parent in ("/", "/var", "/run", "/dev"):
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o002:
+                    found.add(Path(entry.path))
+            except OSError:
+                continue
+    return {str(p): _kept(p) for p in sorted(found)}
+
+
+def covered_paths(hide: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
     """Folders replaced by an empty one in a worker, with what is mounted back into them.
 
-    /tmp is replaced first (the worker's private working folder). The project folder (the
-    grader, the reference, its git history, built pages) disappears but for the environment,
-    if it lives there; so does the first ancestor of the interpreter that ``nobody`` could
-    not enter, but for the interpreter.
+    The project folder (the grader, the reference, its git history, built pages) disappears
+    but for the environment, if it lives there; so does the first ancestor of the interpreter
+    that other users could not enter, and every folder of ``hide`` (folders to hide that hold
+    the interpreter: on Gradescope, /autograder holds the venv next to the package, the
+    submission, the results and everyone's metadata).
     """
-    prefixes = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
-    tmp = Path("/tmp").resolve()
-    # /tmp first: a private, empty one (where the worker works), keeping an environment there.
-    cover = {str(tmp): [str(p) for p in prefixes if tmp in p.parents]}
-    cover.update(_private_ancestors())
-    repo = REPO_ROOT.resolve()
-    if not any(Path(top) == repo or (Path(top) in repo.parents and top != str(tmp)) for top in cover):
-        cover[str(repo)] = [str(p) for p in prefixes if repo in p.parents]
+    cover = dict(_private_ancestors())
+    for folder in [REPO_ROOT.resolve(), *(Path(p) for p in hide)]:
+        if not any(Path(top) == folder or Path(top) in folder.parents for top in cover):
+            cover[str(folder)] = _kept(folder)
     return cover
 
 
 def hidden_paths(extra: list[str | os.PathLike]) -> list[str]:
     """Directories a worker must not see: the harness, the reference, tests, submissions, results."""
-    keep = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    covered = covered_paths()
     candidates = [REPO_ROOT / name for name in ("autograder", "tfm_solution", "tests", "solutions", "chapters")]
     candidates += [Path(p) for p in extra] + [Path("/root"), Path("/home")]
     hide = []
     for path in candidates:
         path = path.resolve()
-        # Hiding a folder that holds the interpreter would hide the interpreter too.
-        if (path.is_dir() and path != Path("/") and not any(k == path or path in k.parents for k in keep)
-                and str(path) not in covered):
+        # A folder inside the interpreter cannot be hidden without hiding the interpreter.
+        if path.is_dir() and path != Path("/") and not any(k == path or k in path.parents for k in _prefixes()):
             hide.append(str(path))
     return list(dict.fromkeys(hide))
 
 
-@dataclass
+def _split(hide: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """(covers, plain hides): a folder holding the interpreter is covered, keeping the interpreter."""
+    cover = covered_paths([h for h in hide if _kept(Path(h))])
+    plain = [h for h in hide if not _kept(Path(h)) and h not in cover]
+    return cover, plain
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def kill_all() -> None:
+    """Kill every worker this process started that is still alive (with all it started)."""
+    for worker in list(_LIVE):
+        worker.kill()
+
+
+atexit.register(kill_all)
+
+
+@dataclass(eq=False)
 class Worker:
     """One worker process, loaded with one exercise's code.
 
     ``setup`` is the first frame: the code chunks to run, the name to grade, the
-    prerequisites' source, the blocked packages (see ``worker.main``).
+    prerequisites, the blocked packages (see ``worker.serve``); ``buffers`` its raw parts.
     """
 
     setup: dict
     limits: Limits
     hide: list[str]
+    buffers: list[bytes] = field(default_factory=list)
     ready: dict = field(default_factory=dict)
     output: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        isolate, nobody, _ = isolation()
+        isolate, own_user, _ = isolation()
+        self.pid = self.worker_pid = -1
+        self.uid: int | None = None
+        self.exit_code: int | None = None
+        self._req_w = self._resp_r = self._out_r = -1
         self._scratch = None if isolate else tempfile.mkdtemp(prefix="grade-worker-")
-        if self._scratch and nobody:
-            os.chown(self._scratch, 65534, 65534)
+        self._isolated = isolate
+        _LIVE.add(self)
+        try:
+            self._start(isolate, own_user)
+        except BaseException as exc:
+            self.kill()
+            died = exc if isinstance(exc, WorkerDied) else SandboxFailed(
+                f"the worker could not be started ({type(exc).__name__}: {exc}), so your code was not run")
+            died.output = self.captured_output()
+            if died is exc:
+                raise
+            raise died from None
+
+    def _start(self, isolate: bool, own_user: bool) -> None:
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
         self._out_r, out_w = os.pipe()
@@ -192,84 +281,137 @@ class Worker:
         finally:
             for fd in (req_r, resp_w, out_w):
                 os.close(fd)
-        self.exit_code: int | None = None
+        os.set_blocking(self._req_w, False)  # every write has a deadline (see _send)
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
-        frame = dict(self.setup, nobody=nobody, hide=self.hide, cover=covered_paths(),
+        if own_user and self.worker_pid > 0:
+            self.uid = UID_BASE + self.worker_pid
+        if self._scratch and self.uid is not None:
+            os.chown(self._scratch, self.uid, self.uid)
+        cover, hide = _split(self.hide)
+        frame = dict(self.setup, uid=self.uid, hide=hide, cover=cover, writable=writable_paths() if isolate else {},
                      cwd="/tmp" if isolate else self._scratch, max_result_bytes=self.limits.max_result_bytes,
+                     buffers=[len(b) for b in self.buffers],
                      limits={"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
                              "file_mb": self.limits.file_mb, "nproc": self.limits.nproc})
         try:
-            wire.write_all(self._req_w, wire.encode_frame(frame, []))
-            self.ready, _ = self._receive(self.limits.start_timeout_s)
-        except (WorkerDied, OSError) as exc:
-            died = exc if isinstance(exc, WorkerDied) else WorkerDied(self._death("died before answering"))
+            start = self.limits.start_timeout_s
+            self._send(wire.encode_frame(frame, self.buffers), time.monotonic() + start, start)
+            # First, before any student code ran: how the sandbox was closed (trusted, hence first).
+            status = self._receive(time.monotonic() + start, start, sandbox=True)[0]["sandbox"]
+        except WorkerDied as died:
+            raise SandboxFailed(f"the sandbox could not be closed (the worker {died.reason.removeprefix('worker ')}), "
+                                "so your code was not run") from None
+        if not status.get("ok"):
             self.kill()
-            died.output = self.captured_output()
-            raise died from None
+            problems = "; ".join(str(p)[:300] for p in status.get("problems") or ["no report"])
+            raise SandboxFailed(f"the sandbox could not be closed ({problems}), so your code was not run")
+        _WEAKER.update(str(w)[:200] for w in status.get("weaker", []))
+        self.ready = self._receive(time.monotonic() + self.limits.start_timeout_s, self.limits.start_timeout_s)[0]
+        try:
+            _check_ready(self.ready)
+        except _Malformed as exc:
+            raise WorkerDied(self._death(f"sent a malformed reply ({exc})")) from None
 
     def _drain(self) -> None:
         """Keep the first OUTPUT_CAP characters of the worker's output; discard the rest."""
         kept = 0
-        for raw in iter(lambda: os.read(self._out_r, 8192), b""):
-            if kept < OUTPUT_CAP:
-                text = raw.decode("utf-8", "replace")[: OUTPUT_CAP - kept]
-                self.output.append(text)
-                kept += len(text)
-                if kept >= OUTPUT_CAP:
-                    self.output.append("\n[... output truncated ...]")
+        try:
+            for raw in iter(lambda: os.read(self._out_r, 8192), b""):
+                if kept < OUTPUT_CAP:
+                    text = raw.decode("utf-8", "replace")[: OUTPUT_CAP - kept]
+                    self.output.append(text)
+                    kept += len(text)
+                    if kept >= OUTPUT_CAP:
+                        self.output.append("\n[... output truncated ...]")
+        except OSError:
+            pass  # closed by kill()
 
-    def call(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes], float]:
+    def call(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[memoryview], float]:
         """Send one graded call; (reply, buffers, wall seconds). Raises ``WorkerDied``."""
         start = time.monotonic()
+        limit = self.limits.call_timeout_s
+        self._send(wire.encode_frame(dict(request, buffers=[len(b) for b in buffers]), buffers), start + limit, limit)
+        reply, out = self._receive(start + limit, limit)
         try:
-            wire.write_all(self._req_w, wire.encode_frame(dict(request, buffers=[len(b) for b in buffers]), buffers))
-        except OSError as exc:
-            raise WorkerDied(self._death("died before answering")) from exc
-        reply, out = self._receive(self.limits.call_timeout_s)
-        if reply.get("id") != request["id"]:
-            raise WorkerDied("answered out of turn (a forged or stale reply)")
+            _check_reply(reply, out)
+        except _Malformed as exc:
+            raise WorkerDied(self._death(f"sent a malformed reply ({exc})")) from None
+        if reply["id"] != request["id"]:
+            raise WorkerDied(self._death("answered out of turn (a forged or stale reply)"))
         return reply, out, time.monotonic() - start
 
-    def _receive(self, timeout: float) -> tuple[dict, list[bytes]]:
-        deadline = time.monotonic() + timeout
-        data = bytearray()
+    def _send(self, data: bytes, deadline: float, timeout: float) -> None:
+        """Write all of ``data`` to the worker's request pipe before ``deadline`` (``timeout`` s from the start)."""
+        view = memoryview(data)
+        poller = select.poll()
+        poller.register(self._req_w, select.POLLOUT)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerDied(self._death(f"timed out after {timeout:g} s (it stopped reading its input)"))
+            if not poller.poll(left * 1000):
+                continue
+            try:
+                view = view[os.write(self._req_w, view):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                raise WorkerDied(self._death("died before answering")) from None
 
-        def need(n: int) -> bytes:
-            while len(data) < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorkerDied(self._death(f"timed out after {timeout:g} s"))
-                ready, _, _ = select.select([self._resp_r], [], [], left)
-                if ready:
-                    chunk = os.read(self._resp_r, 1 << 20)
-                    if not chunk:
-                        raise WorkerDied(self._death("died before answering"))
-                    data.extend(chunk)
-                    if len(data) > wire.MAX_FRAME_BYTES + 4096:
-                        raise WorkerDied("sent more data than allowed")
-            return bytes(data[:n])
+    def _fill(self, buffer: memoryview, deadline: float, timeout: float) -> None:
+        """Read exactly ``len(buffer)`` bytes into ``buffer`` before ``deadline``."""
+        poller = select.poll()
+        poller.register(self._resp_r, select.POLLIN)
+        got = 0
+        while got < len(buffer):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerDied(self._death(f"timed out after {timeout:g} s"))
+            if not poller.poll(left * 1000):
+                continue
+            n = os.readv(self._resp_r, [buffer[got:]])
+            if n == 0:
+                raise WorkerDied(self._death("died before answering"))
+            got += n
 
-        (n,) = wire._LEN.unpack(need(4))
-        if n > 1 << 20:
-            raise WorkerDied("sent a malformed reply")
+    def _receive(self, deadline: float, timeout: float, sandbox: bool = False) -> tuple[dict, list[memoryview]]:
+        """One frame, by ``deadline`` (``timeout`` s from the start): its header validated before its
+        body is allocated. Any breach kills the worker."""
         try:
-            header = json.loads(need(4 + n)[4:])
+            size = bytearray(wire._LEN.size)
+            self._fill(memoryview(size), deadline, timeout)
+            (n,) = wire._LEN.unpack(size)
+            if n > MAX_HEADER_BYTES:
+                raise _Malformed("header too large")
+            raw = bytearray(n)
+            self._fill(memoryview(raw), deadline, timeout)
+            header = json.loads(raw)
+            if not isinstance(header, dict):
+                raise _Malformed("header is not an object")
             sizes = header.get("buffers", [])
-            if not (isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)):
-                raise ValueError
+            if not (isinstance(sizes, list) and len(sizes) <= MAX_LEAVES
+                    and all(type(s) is int and s >= 0 for s in sizes)):
+                raise _Malformed("bad buffer list")
             if sum(sizes) > self.limits.max_result_bytes:
-                raise WorkerDied("returned more data than the size cap")
-        except (ValueError, AttributeError) as exc:
-            raise WorkerDied(self._death("sent a malformed reply")) from exc
-        body = need(4 + n + sum(sizes))[4 + n:]
-        del data[: 4 + n + sum(sizes)]
-        if "exited" in header:  # written by the waiting parent once the worker is gone
-            self.exit_code = header["exited"] if isinstance(header["exited"], int) else None
-            raise WorkerDied(self._death("died before answering"))
+                raise WorkerDied(self._death("returned more data than the size cap"))
+            if "exited" in header:  # written by the waiting parent once the worker is gone
+                self.exit_code = _exit_code(header["exited"])
+                raise WorkerDied(self._death("died before answering"))
+            if sandbox and (set(header) - {"buffers"} != {"sandbox"} or not isinstance(header["sandbox"], dict)):
+                raise _Malformed("no sandbox report")
+            if "value" in header:
+                _check_value(header["value"], sizes, set(), 0, [0])
+            body = memoryview(bytearray(sum(sizes)))
+            self._fill(body, deadline, timeout)
+        except WorkerDied:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a reply makes the parser raise, it is the worker's fault
+            why = str(exc) if isinstance(exc, _Malformed) else type(exc).__name__
+            raise WorkerDied(self._death(f"sent a malformed reply ({why})")) from None
         out, pos = [], 0
         for s in sizes:
-            out.append(body[pos: pos + s])
+            out.append(body[pos: pos + s])  # views of one buffer: nothing is copied per value
             pos += s
         return header, out
 
@@ -277,8 +419,8 @@ class Worker:
         """Why the worker is gone, in words; kills it first, so nothing outlives the message."""
         self.kill()
         code = self.exit_code
-        if what.startswith("timed out"):
-            return what
+        if what.startswith(("timed out", "sent a malformed", "answered out of turn", "returned more")):
+            return what if what.startswith("timed out") else f"worker {what}"
         if code is not None and code < 0:
             sig = signal.Signals(-code).name
             hints = {"SIGKILL": " (likely the memory or CPU limit)", "SIGXCPU": " (CPU time limit)",
@@ -287,32 +429,170 @@ class Worker:
         return f"worker {what} (exit code {code}); an exit code never counts as success"
 
     def kill(self) -> None:
-        """Kill the worker (with its PID namespace) and its parent's group; wait until they are gone."""
+        """Kill the worker (with its PID namespace, or everything its user runs) and its parent's group;
+        wait until they are gone; remove what it left behind outside a namespace."""
         for kill, pid in ((os.kill, self.worker_pid), (os.killpg, self.pid)):
             try:
                 if pid > 0:
                     kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if self.uid is not None and not self._isolated:
+            _kill_user(self.uid)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(p) for p in (self.pid, self.worker_pid)):
+        while time.monotonic() < deadline and any(_alive(p) for p in (self.pid, self.worker_pid) if p > 0):
             time.sleep(0.01)
         for fd in (self._req_w, self._resp_r):
-            try:
+            if fd >= 0:
                 os.close(fd)
-            except OSError:
-                pass
         self._req_w = self._resp_r = -1
-        self._reader.join(timeout=5)
-        try:
+        if getattr(self, "_reader", None) is not None:
+            self._reader.join(timeout=5)
+        if self._out_r >= 0:
             os.close(self._out_r)
-        except OSError:
-            pass
+            self._out_r = -1
+        if self.uid is not None and not self._isolated:
+            _remove_leftovers(self.uid)
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
+        _LIVE.discard(self)
 
     def captured_output(self) -> str:
         return "".join(self.output)
+
+
+def _exit_code(value) -> int:
+    """The worker's exit status from a notice: a real exit code or signal, or the notice is forged."""
+    if type(value) is not int or not (0 <= value <= 255 or -value in set(signal.valid_signals())):
+        raise _Malformed("impossible exit status")
+    return value
+
+
+def _check_ready(ready: dict) -> None:
+    if not (ready.get("ready") is True and isinstance(ready.get("found"), bool)
+            and isinstance(ready.get("errors"), list) and all(isinstance(e, str) for e in ready["errors"])):
+        raise _Malformed("not a loading report")
+
+
+def _check_reply(reply: dict, out: list) -> None:
+    if not isinstance(reply.get("id"), str) or not isinstance(reply.get("ok"), bool):
+        raise _Malformed("no id or status")
+    if reply["ok"] and "value" not in reply and not isinstance(reply.get("structure"), dict):
+        raise _Malformed("no value")
+    if not reply["ok"] and not isinstance(reply.get("error"), str):
+        raise _Malformed("no error text")
+
+
+def _check_value(tree, sizes: list[int], used: set[int], depth: int, count: list[int]) -> None:
+    """Validate a returned value's description against the buffers it names, before allocating anything.
+
+    At most MAX_LEAVES values and MAX_DEPTH levels; each buffer backs one tensor only, whose
+    shape and dtype account for its exact size; descriptions are made safe to show.
+    """
+    count[0] += 1
+    if depth > MAX_DEPTH or count[0] > MAX_LEAVES or not isinstance(tree, dict) or len(tree) > 4:
+        raise _Malformed("too many or too deeply nested values")
+    if "tensor" in tree:
+        index, dtype, shape = tree.get("tensor"), tree.get("dtype"), tree.get("shape")
+        if not (type(index) is int and 0 <= index < len(sizes) and index not in used
+                and dtype in wire.WIRE_DTYPES and isinstance(shape, list) and len(shape) <= MAX_DIMS
+                and all(type(s) is int and 0 <= s < 2**40 for s in shape)):
+            raise _Malformed("bad tensor")
+        used.add(index)
+        total = wire.WIRE_DTYPES[dtype]
+        for s in shape:
+            total *= s
+        if total != sizes[index]:
+            raise _Malformed("tensor bytes do not match its shape")
+    elif "seq" in tree:
+        items = tree["seq"]
+        if not isinstance(items, list) or len(items) > 64:
+            raise _Malformed("bad sequence")
+        for item in items:
+            _check_value(item, sizes, used, depth + 1, count)
+    elif "scalar" in tree:
+        if type(tree["scalar"]) not in (bool, int, float) or (type(tree["scalar"]) is int
+                                                             and abs(tree["scalar"]) >= 2**63):
+            raise _Malformed("bad number")
+    elif "float" in tree:
+        if tree["float"] not in ("nan", "inf", "-inf"):
+            raise _Malformed("bad float")
+    elif "unsupported" in tree:
+        text = str(tree["unsupported"])[:MAX_TEXT]
+        tree["unsupported"] = "".join(c if c.isalnum() or c in " _.,:()[]-" else "?" for c in text)
+    elif "none" not in tree:
+        raise _Malformed("unknown value")
+
+
+def _as_user(uid: int, action) -> None:
+    """Run ``action`` in a child process that is user ``uid`` (so it can only touch that user's things)."""
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            action()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+
+
+def _kill_user(uid: int) -> None:
+    """Kill every process of ``uid`` (a worker's own user): what it forked or left as daemons too."""
+    def kill_everything_of_mine() -> None:
+        for _ in range(3):
+            try:
+                os.kill(-1, signal.SIGKILL)  # all processes of this user but this one
+            except ProcessLookupError:
+                return
+    _as_user(uid, kill_everything_of_mine)
+
+
+def _remove_leftovers(uid: int) -> None:
+    """Without an IPC namespace or private folders: remove the SysV objects and the files in
+    writable folders that user ``uid`` made, so nothing reaches the next submission."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Columns of /proc/sysvipc/*: the second is the id, then the owner's and creator's uid.
+    for kind, remove, owners in (("shm", libc.shmctl, (7, 9)), ("msg", libc.msgctl, (7, 9)),
+                                 ("sem", libc.semctl, (4, 6))):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as handle:
+                rows = [line.split() for line in handle.read().splitlines()[1:]]
+        except OSError:
+            continue
+        for fields in rows:
+            if any(int(fields[i]) == uid for i in owners):
+                if kind == "sem":
+                    remove(int(fields[1]), 0, 0, None)  # IPC_RMID
+                else:
+                    remove(int(fields[1]), 0, None)
+    for folder in writable_paths():
+        _remove_owned(Path(folder), uid, budget=[20000])
+
+
+def _remove_owned(folder: Path, uid: int, budget: list[int]) -> None:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == uid:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002:
+                _remove_owned(Path(entry.path), uid, budget)
+        except OSError:
+            continue
 
 
 def _alive(pid: int) -> bool:

@@ -9,16 +9,20 @@ Nothing is ever pickled in either direction. Everything the worker sends back is
 the harness checks; nothing the worker says is a verdict.
 
 Start-up order matters, because student code must find the sandbox already closed:
-  1. hide the paths the harness names (tmpfs mounts, when a mount namespace was made),
-     mount a private /proc, give up every capability, and become ``nobody`` if we were root;
+  1. in a mount namespace: private, empty writable folders, empty mounts over what the
+     harness hides, everything else read-only, a private /proc; then no new privileges, and
+     a user of its own if we were root (else no capabilities at all); every step checked;
   2. set the resource limits (memory, CPU, file size, processes, no core files);
-  3. import torch, block imports of the harness and of the reference, install the
+  3. check the sandbox from inside and tell the harness (the first frame: no student code
+     has run yet, so it cannot be forged); a failed step ends the worker here;
+  4. import torch, block imports of the harness and of the reference, install the
      prerequisites the harness sent, and only then execute the student's code.
 """
 
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import struct
 import sys
@@ -127,7 +131,12 @@ def unpack_value(tree, buffers: list[bytes]):
             count *= s
         if len(raw) != count * WIRE_DTYPES[name]:
             raise ValueError("tensor bytes do not match its shape")
-        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        if isinstance(raw, memoryview) and not raw.readonly and len(raw):
+            # A slice of the one buffer a reply was read into: used in place, never copied per value.
+            flat = torch.frombuffer(raw, dtype=torch.uint8)
+            if flat.data_ptr() % WIRE_DTYPES[name] == 0:
+                return flat.view(getattr(torch, name)).reshape(shape)
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if len(raw) else torch.empty(0, dtype=torch.uint8)
         return flat.view(getattr(torch, name)).reshape(shape).clone()
     if "seq" in tree:
         return tuple(unpack_value(v, buffers) for v in tree["seq"])
@@ -154,58 +163,137 @@ class Unsupported:
 
 # ----------------------------------------------------------------------------- sandbox set-up
 
-def _hide_and_drop(hide: list[str], cover: dict[str, list[str]], nobody: bool) -> None:
-    """Empty mounts over ``cover`` (but for what each keeps) and ``hide``; a private /proc;
-    then no privileges.
+def _close_sandbox(setup: dict, isolated: bool) -> list[str]:
+    """Close the sandbox around this process; the steps it could only do in a weaker way, in words.
 
-    ``cover`` maps a folder to replace by an empty one (/tmp, the project, a private home)
-    to the folders inside it that must stay visible (an interpreter installed there): those
-    are bind-mounted back, through a descriptor opened before the folder was covered.
+    In namespaces: every writable folder (``setup["writable"]``) becomes a private, empty
+    tmpfs and every covered one (``setup["cover"]``: the project, a private home) an empty
+    one, each keeping the interpreter folders named for it; ``setup["hide"]`` gets empty
+    mounts; then the whole tree turns read-only but for the writable folders, so nothing a
+    later process imports can change; a private /proc. Then no new privileges, and a user of
+    its own (``setup["uid"]``, when the harness is root) or no capabilities at all. Every
+    step is checked: one that fails raises ``OSError`` naming it, and no student code runs.
     """
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    ms_bind, ms_rec = 4096, 16384
+    ms_bind, ms_rec, ms_nosuid, ms_nodev = 4096, 16384, 2, 4
+    weaker: list[str] = []
 
-    def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-        if libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-                      data.encode() if data else None) != 0:
-            raise OSError(ctypes.get_errno(), f"cannot mount on {target}")
+    def check(ok: bool, step: str) -> None:
+        if not ok:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{step}: {os.strerror(err)}")
 
-    for top, keep in cover.items():
-        if not os.path.isdir(top):  # already gone under an earlier cover
-            continue
-        kept = [(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)) for path in keep if os.path.isdir(path)]
-        mount("tmpfs", top, "tmpfs", 0, "size=64m,mode=1777" if top == "/tmp" else "size=1m,mode=0755")
-        for path, fd in kept:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", path, None, ms_bind | ms_rec, None)
-            os.close(fd)
-    for shared in ("/var/tmp", "/dev/shm"):
-        if os.path.isdir(shared):
-            mount("tmpfs", shared, "tmpfs", 0, "size=1m,mode=1777")
-    for path in hide:
-        if os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", 0, "size=1k,mode=0555")
-    # Other processes' command lines and environments are not visible in a private /proc.
-    libc.mount(b"proc", b"/proc", b"proc", 0, None)
-    pr_capbset_drop, pr_set_no_new_privs = 24, 38
-    for cap in range(64):
-        libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
-    libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0)
-    if nobody:
-        _become_nobody()
-    else:
+    def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> bool:
+        return libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                          data.encode() if data else None) == 0
+
+    if isolated:
+        for folders, options in ((setup["writable"], "size=64m,mode=1777"), (setup["cover"], "size=1m,mode=0755")):
+            for top, keep in folders.items():
+                if not os.path.isdir(top):  # already gone under an earlier cover
+                    continue
+                kept = [(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)) for path in keep if os.path.isdir(path)]
+                check(mount("tmpfs", top, "tmpfs", ms_nosuid | ms_nodev, options), f"empty folder on {top}")
+                for path, fd in kept:
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                    check(mount(f"/proc/self/fd/{fd}", path, None, ms_bind | ms_rec, None), f"keeping {path}")
+                    os.close(fd)
+        for path in setup["hide"]:
+            if os.path.isdir(path):
+                check(mount("tmpfs", path, "tmpfs", ms_nosuid | ms_nodev, "size=1k,mode=0555"), f"hiding {path}")
+        _read_only(libc, "/", recursive=True)
+        for top in setup["writable"]:
+            if os.path.isdir(top):
+                _read_only(libc, top, recursive=False, writable=True)
+        # A private /proc shows this PID namespace only. Where the host forbids mounting one (a
+        # container's masked /proc, in a user namespace), an empty folder replaces the host's.
+        if not mount("proc", "/proc", "proc", ms_nosuid | ms_nodev, None):
+            why = os.strerror(ctypes.get_errno())
+            check(mount("tmpfs", "/proc", "tmpfs", ms_nosuid | ms_nodev, "size=1k,mode=0555"), "empty /proc")
+            weaker.append(f"no private /proc could be mounted ({why}): workers get an empty /proc")
+    check(libc.prctl(38, 1, 0, 0, 0) == 0, "no new privileges")  # PR_SET_NO_NEW_PRIVS
+    if os.geteuid() == 0:
+        for cap in range(_last_capability() + 1):
+            check(libc.prctl(24, cap, 0, 0, 0) == 0, f"dropping capability {cap} from the bounding set")
+    if setup["uid"] is not None:
+        os.setgroups([])
+        os.setgid(setup["uid"])
+        os.setuid(setup["uid"])
+    elif isolated:
         # Root of a user namespace could unmount what hides the harness: no capabilities left.
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-        if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
-            raise OSError(ctypes.get_errno(), "cannot drop capabilities")
+        check(libc.capset(header, (ctypes.c_uint32 * 6)()) == 0, "dropping capabilities")
+    return weaker
 
 
-def _become_nobody() -> None:
-    os.setgroups([])
-    os.setgid(65534)
-    os.setuid(65534)
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as handle:
+            return int(handle.read())
+    except OSError:
+        return 40
+
+
+def _read_only(libc, path: str, recursive: bool, writable: bool = False) -> None:
+    """Make the mount at ``path`` (and every mount below it, if ``recursive``) read-only, or writable again."""
+    import ctypes
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    rdonly, at_recursive, at_fdcwd, mount_setattr = 1, 0x8000, -100, 442  # same number on every architecture
+    attr = MountAttr(0 if writable else rdonly, rdonly if writable else 0, 0, 0)
+    if libc.syscall(mount_setattr, at_fdcwd, path.encode(), at_recursive if recursive else 0,
+                    ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"making {path} {'writable' if writable else 'read-only'}: {os.strerror(err)}"
+                           + (" (needs Linux 5.12)" if err == 38 else ""))
+
+
+def _verify_sandbox(setup: dict, isolated: bool) -> tuple[list[str], list[str]]:
+    """Check the sandbox from inside, as the student's code will find it: (problems, weaker).
+
+    A problem fails the exercise closed; "weaker" is reported with the results. The
+    environment and the interpreter must not be writable (a later run would import what
+    lands there); covered and hidden folders must look empty; /proc must be private;
+    no capabilities, no new privileges, the user asked for.
+    """
+    import ctypes
+
+    problems, weaker = [], []
+    for folder in dict.fromkeys([*sys.path, sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)]):
+        if folder and os.path.isdir(folder) and os.access(folder, os.W_OK):
+            problems.append(f"the worker can write {folder}")
+    if isolated:
+        for top, keep in {**setup["cover"], **setup["writable"]}.items():
+            allowed = {os.path.relpath(k, top).split(os.sep)[0] for k in keep}
+            try:
+                if set(os.listdir(top)) - allowed:
+                    problems.append(f"{top} is not empty")
+            except OSError:
+                continue
+        if os.listdir("/proc") and os.readlink("/proc/self") != str(os.getpid()):
+            problems.append("/proc is the host's")
+    for path in setup["hide"]:
+        try:
+            if os.access(path, os.W_OK):
+                problems.append(f"the worker can write {path}")
+            elif os.listdir(path):
+                (problems if isolated else weaker).append(f"the worker can read {path}")
+        except OSError:
+            continue
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(39, 0, 0, 0, 0) != 1:  # PR_GET_NO_NEW_PRIVS
+        problems.append("new privileges are possible")
+    header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+    if libc.capget(header, data) != 0 or data[0] or data[3]:  # effective capabilities, both words
+        problems.append("the worker kept capabilities")
+    if setup["uid"] is not None and (os.getuid(), os.geteuid()) != (setup["uid"],) * 2:
+        problems.append("the worker did not become its own user")
+    return problems, weaker
 
 
 def _set_limits(limits: dict) -> None:
@@ -217,6 +305,7 @@ def _set_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX message queue outlives the worker
 
 
 class _BlockImports:
@@ -409,21 +498,27 @@ def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
 
 def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     """One worker's life: close the sandbox, load the student's code, answer calls until killed."""
-    setup, _ = read_frame(req_fd)
-    if isolated:
-        _hide_and_drop(setup["hide"], setup["cover"], setup["nobody"])
-    elif setup["nobody"]:
-        _become_nobody()
-    os.chdir(setup["cwd"])
-    _set_limits(setup["limits"])
+    setup, setup_buffers = read_frame(req_fd)
+    try:
+        weaker = _close_sandbox(setup, isolated)
+        os.chdir(setup["cwd"])
+        _set_limits(setup["limits"])
+        problems, also_weaker = _verify_sandbox(setup, isolated)
+    except Exception as exc:  # noqa: BLE001 - any failed step: say which, and run nothing
+        problems, weaker, also_weaker = [f"{type(exc).__name__}: {exc}"[:500]], [], []
+    # The first frame, written before any student code runs, so it cannot be forged.
+    write_all(resp_fd, encode_frame({"sandbox": {"ok": not problems, "problems": problems,
+                                                 "weaker": weaker + also_weaker}}, []))
+    if problems:
+        return
 
     import types
 
     import torch  # already imported by the fork server: free here
 
-    # Prerequisites: reference objects the harness chose to provide, built from their source.
+    # Prerequisites: reference objects the harness chose to provide, built from bytecode only.
     provided_ns: dict = {"__name__": "_provided"}
-    exec(compile(setup["provided_source"], "provided", "exec"), provided_ns)  # noqa: S102
+    exec(marshal.loads(setup_buffers.pop()), provided_ns)  # noqa: S102 - the harness's bytecode, no source
     provided_names = {n: provided_ns[n] for n in setup["provided_names"]}
     modules = {m: {n: provided_ns[n] for n in names} for m, names in setup["provided_modules"].items()}
     sys.meta_path.insert(0, _BlockImports(set(setup["blocked"]), modules))
@@ -483,13 +578,18 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
 # ----------------------------------------------------------------------------- fork server
 
 _CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWPID, _CLONE_NEWUSER = 0x20000, 0x40000000, 0x20000000, 0x10000000
+_CLONE_NEWIPC = 0x08000000
 
 
 def _enter_namespaces(libc) -> bool:
-    """New mount, network and PID namespaces (in a user namespace unless we are root)."""
+    """New mount, network, IPC and PID namespaces (in a user namespace unless we are root).
+
+    SysV shared memory, semaphores and message queues live in the IPC namespace and go
+    with it: nothing a worker leaves there reaches another one.
+    """
     root = os.geteuid() == 0
     uid, gid = os.geteuid(), os.getegid()
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | (0 if root else _CLONE_NEWUSER)
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWPID | (0 if root else _CLONE_NEWUSER)
     if libc.unshare(flags) != 0:
         return False
     if not root:
@@ -505,6 +605,10 @@ def _spawn(libc, fds: list[int], isolate: bool, pid_w: int) -> None:
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
+    # Die with the fork server (which ends with its harness), taking the worker along: no
+    # worker outlives a harness that was killed.
+    if libc.prctl(1, 9, 0, 0, 0) != 0 or os.getppid() == 1:  # PR_SET_PDEATHSIG
+        os._exit(72)
     req_r, resp_w, out_w = fds
     if isolate and not _enter_namespaces(libc):
         os._exit(70)

@@ -8,22 +8,33 @@ works, so "0 points for attention" means the sandbox held.
 
 from __future__ import annotations
 
+import ast
+import csv
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from pathlib import Path
 
 import jsonschema
 import nbformat
 import pytest
 
-from autograder.grade import Report, grade_path
-from autograder.results import GRADESCOPE_SCHEMA, to_gradescope
+import torch
+
+from autograder.extract import Notebook, SubmissionError, Unreadable, extract, parse_notebook, read_submission
+from autograder.grade import Report, default_seed, grade_path, resolve
+from autograder.gradescope import RUN_AUTOGRADER, build
+from autograder.registry import by_id
+from autograder.results import ERROR_NOTE, GRADESCOPE_SCHEMA, to_gradescope
 from autograder.sandbox import REPO_ROOT, Limits, isolation
 from tests.grader_fixtures import ATTENTION, STUB_ATTENTION, guarded, notebook, write
+from tests.grader_fixtures.hosts import PYTHON, contained, host_folder
 
 pytestmark = pytest.mark.slow
 LIMITS = Limits(call_timeout_s=3.0)
@@ -187,8 +198,6 @@ def test_09_forged_results_and_planted_files(tmp_path):
     run = subprocess.run([sys.executable, "-m", "autograder", "grade", str(sub), "--results", str(results)],
                          capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr
-    import json
-
     data = json.loads(results.read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
     assert data["score"] == 4.0
@@ -381,16 +390,472 @@ def test_22_23_no_grading_signal_and_no_secrets(tmp_path, monkeypatch):
     _only_attention_lost(_hostile(tmp_path, probe))
 
 
-def test_without_namespaces_the_grader_still_grades_and_says_so(tmp_path, monkeypatch):
-    """The fallback path (process group, limits, private scratch folder) on a correct and a
-    crashing answer; the results name the weaker isolation."""
+def test_without_namespaces_the_grader_still_grades_and_says_so(tmp_path, host, monkeypatch):
+    """Without namespaces a root grader runs each worker as a user of its own (process group,
+    limits, private scratch folder); the results name the weaker isolation. A worker that could
+    write the environment (here: forced to stay root) is never given student code: it fails
+    closed, as the grader's fault."""
     from autograder import sandbox
 
     monkeypatch.setattr(sandbox, "isolation", lambda: (False, False, "process group and resource limits only"))
     monkeypatch.setattr("autograder.grade.isolation", sandbox.isolation)
-    report = _grade(write(notebook(), tmp_path / "ok"))
-    assert report.score == 10.0 and report.sandbox.startswith("process group")
-    report = _hostile(tmp_path / "exit", "import os\ndef attention(query, key, value, mask=None, dropout=None):\n"
-                                         "    os._exit(3)\n")
+    report = _grade(write(notebook(), tmp_path / "closed"))
+    graded = [t for t in report.tests if t.max_score > 0]
+    assert report.score == 0 and all(ERROR_NOTE in t.output and "can write" in t.output for t in graded)
+    write(notebook(), host / "ok")
+    write(notebook(attention="import os\ndef attention(query, key, value, mask=None, dropout=None):\n"
+                             "    os._exit(3)\n"), host / "exit")
+    driver = host / "driver.py"
+    driver.write_text(_WITHOUT_NAMESPACES + "import json, sys\nfrom autograder.grade import grade_path\n"
+                      "for path in sys.argv[1:]:\n    r = grade_path(path)\n"
+                      "    print(json.dumps([r.score, r.sandbox, '\\n'.join(t.output for t in r.tests)]))\n")
+    run = contained(f"GRADED_NAMESPACES=0 {PYTHON} {driver} \"$WORK/ok\" \"$WORK/exit\"", host)
+    assert run.returncode == 0, run.stderr
+    (ok, ok_sandbox, _), (crashed, _, crash_text) = map(json.loads, run.stdout.splitlines()[-2:])
+    assert ok == 10.0 and ok_sandbox.startswith("no namespaces")
+    assert crashed == 4.0 and "exit code 3" in crash_text
+
+
+_WITHOUT_NAMESPACES = ("import os\nfrom autograder import grade, sandbox\n"
+                       "if os.environ.get('GRADED_NAMESPACES') == '0':  # in a batch's processes too\n"
+                       "    sandbox.isolation = grade.isolation = lambda: (False, True, 'no namespaces (forced)')\n")
+
+
+# ----------------------------------------------------------------------------- rows 24-37
+# Several of these run the grader on other hosts (``grader_fixtures.hosts``): as an ordinary
+# user who owns the environment, with a masked /proc, in Gradescope's layout, or without
+# namespaces. Those hosts live in private namespaces, so no attack reaches the real machine.
+
+
+@pytest.fixture
+def host():
+    work = host_folder()
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _results(path: Path) -> dict:
+    data = json.loads(path.read_text())
+    jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    return data
+
+
+def _scores(data: dict) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for test in data["tests"]:
+        exercise = test["name"].split(" ")[0]
+        scores[exercise] = scores.get(exercise, 0.0) + test["score"]
+    return scores
+
+
+def test_24_worker_cannot_write_the_environment_when_the_grader_is_not_root(host):
+    """An instructor grades as an ordinary user who owns the environment: the worker (root of
+    its user namespace, mapped to that user) must write nothing a later Python would import."""
+    ran = host / "home" / "planted-code-ran"
+    payload = f"import os; open({str(ran)!r}, 'w').write('ran')\n"
+    plant = (f"import os, sys, sysconfig\n"
+             f"for folder in sys.path + [sysconfig.get_path('purelib'), sys.prefix, os.path.dirname(sys.executable)]:\n"
+             f"    for name, text in (('zz_graded.pth', {payload!r}), ('sitecustomize.py', {payload!r}),\n"
+             f"                       ('usercustomize.py', {payload!r})):\n"
+             f"        try:\n            open(os.path.join(folder, name), 'w').write(text)\n"
+             f"        except OSError:\n            pass\n")
+    write(notebook(attention=plant + STUB_ATTENTION), host / "sub")
+    (host / "out").mkdir()
+    run = contained(f"""
+chown nobody "$WORK/out"
+as_nobody sh -c 'touch "$SITE/zz.probe" && rm "$SITE/zz.probe" && echo ENVIRONMENT-WRITABLE'
+as_nobody {PYTHON} -m autograder grade "$WORK/sub" --results "$WORK/out/results.json" > /dev/null
+as_nobody {PYTHON} -c pass
+echo "written: $(cd "$UPPER" && find . -type f ! -name '*.pyc' | tr '\\n' ' ')"
+""", host, writable_env=True)
+    assert run.returncode == 0, run.stderr
+    assert "ENVIRONMENT-WRITABLE" in run.stdout  # the attack had a target
+    assert _scores(_results(host / "out" / "results.json")) == {"ch03.attention": 0.0,
+                                                                "ch03.softmax_saturation": 4.0}
+    assert not ran.exists()
+    assert run.stdout.strip().endswith("written:"), run.stdout
+
+
+# After answering three calls, the worker shrinks its request pipe to one page and never reads
+# it again: the fourth call sends the reference's weights (tens of kB), which cannot fit.
+_BLOCK_REQUESTS = ("import fcntl, os, time\n_calls = []\n\n"
+                   "def _stop_reading():\n    _calls.append(1)\n    if len(_calls) == 3:\n"
+                   "        fcntl.fcntl(3, 1031, 4096)  # F_SETPIPE_SZ\n"
+                   "        os.read = lambda *args: time.sleep(10**6)\n")
+
+
+def test_25_a_worker_that_stops_reading_cannot_hang_grade_or_grade_batch(tmp_path):
+    """Every write to a worker has a deadline: ``grade`` and ``grade-batch`` finish and write results."""
+    from tests.notebook_answers import release_with, solution_answers
+
+    solution = REPO_ROOT / "solutions" / "01_embeddings" / "embeddings.ipynb"
+    release = REPO_ROOT / "chapters" / "01_embeddings" / "embeddings.ipynb"
+    answers = solution_answers(solution)
+    release_with(release, tmp_path / "batch" / "honest", answers)
+    answers["ch01.embeddings"] = _BLOCK_REQUESTS + answers["ch01.embeddings"].replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        _stop_reading()\n")
+    release_with(release, tmp_path / "batch" / "blocker", answers)
+    commands = {
+        "grade": [sys.executable, "-m", "autograder", "grade", str(tmp_path / "batch" / "blocker"),
+                  "--results", str(tmp_path / "results.json")],
+        "grade-batch": [sys.executable, "-m", "autograder", "grade-batch", str(tmp_path / "batch"), "--jobs", "2",
+                        "--out", str(tmp_path / "grades.csv")],
+    }
+    runs = {name: subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO_ROOT)
+            for name, argv in commands.items()}
+    try:
+        for name, proc in runs.items():
+            proc.wait(timeout=240)  # a hang fails here
+            assert proc.returncode == 0, (name, proc.stderr.read())
+    finally:
+        for proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    data = _results(tmp_path / "results.json")
+    scores = _scores(data)
+    assert 0 < scores["ch01.embeddings"] < 5 and scores["ch01.cosine_similarity_matrix"] == 5  # answered, then stuck
+    assert any("stopped reading its input" in t["output"] for t in data["tests"])
+    rows = {row["submission"]: row for row in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert float(rows["blocker"]["score"]) == data["score"] and float(rows["honest"]["score"]) == 10.0
+
+
+def _forge(header: str, body: str = "b''", then: str = "time.sleep(10**6)") -> str:
+    """An ``attention`` that answers its call with a forged frame on the reply pipe (fd 4)."""
+    return (f"import json, os, struct, sys, time\n"
+            f"def attention(query, key, value, mask=None, dropout=None):\n"
+            f"    request = sys._getframe(1).f_locals.get('request') or {{}}\n"
+            f"    head = ({header}).encode() if isinstance({header}, str) else json.dumps({header}).encode()\n"
+            f"    body = {body}\n"
+            f"    os.write(4, struct.pack('>I', len(head)) + head)\n"
+            f"    view = memoryview(body)\n"
+            f"    while view:\n        view = view[os.write(4, view):]\n"
+            f"    {then}\n")
+
+
+def _peak_rss_growth(action) -> int:
+    """Bytes by which this process's peak resident memory grew while ``action`` ran."""
+    def peak() -> int:
+        with open("/proc/self/status") as handle:
+            return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmHWM:"))
+
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")  # resets the peak to the current resident size
+    before = peak()
+    action()
+    return peak() - before
+
+
+def test_26_forged_replies_are_validated_before_anything_is_allocated(tmp_path):
+    """Many tensors over one 64 MiB buffer, deep nesting, a huge claimed shape: refused before allocation."""
+    leaf = "{'tensor': 0, 'dtype': 'uint8', 'shape': [64 << 20]}"
+    many = _forge(f"{{'id': request.get('id'), 'ok': True, 'value': {{'seq': [{leaf}] * 24}}, 'buffers': [64 << 20]}}",
+                  body="bytes(64 << 20)")
+    reports = []
+    growth = _peak_rss_growth(lambda: reports.append(_hostile(tmp_path / "many", many)))
+    assert growth < 400 * 2**20, f"the harness grew by {growth / 2**20:.0f} MiB"
+    deep = _forge("'{\"id\": \"%s\", \"ok\": true, \"buffers\": [], \"value\": ' % request.get('id') + "
+                  "'{\"seq\": [' * 20000 + '{\"none\": true}' + ']}' * 20000 + '}'")
+    huge = _forge("{'id': request.get('id'), 'ok': True, 'buffers': [0], "
+                  "'value': {'tensor': 0, 'dtype': 'float64', 'shape': [2**40, 2**40]}}")
+    reports += [_hostile(tmp_path / "deep", deep), _hostile(tmp_path / "huge", huge)]
+    for report in reports:
+        _only_attention_lost(report)
+        assert "malformed reply" in _outputs(report) and ERROR_NOTE not in _outputs(report), _outputs(report)
+
+
+def _sysv_keys(kind: str) -> set[int]:
+    with open(f"/proc/sysvipc/{kind}") as handle:
+        return {int(line.split()[0]) for line in list(handle)[1:] if line.strip()}
+
+
+def test_27_nothing_the_worker_makes_outlives_it(tmp_path):
+    """SysV shared memory, message queues, semaphores and files in every writable host folder."""
+    key = 0x5EED0000 + uuid.uuid4().int % 0xFFFF
+    name = f"graded-leftover-{uuid.uuid4().hex}"
+    folders = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock"]
+    leave = (f"import ctypes\nlibc = ctypes.CDLL(None)\n"
+             f"libc.shmget({key}, 4096, 0o1666); libc.msgget({key}, 0o1666); libc.semget({key}, 1, 0o1666)\n"
+             f"for folder in {folders!r}:\n    try:\n        open(folder + '/{name}', 'w').write('x')\n"
+             f"    except OSError:\n        pass\n")
+    try:
+        _only_attention_lost(_hostile(tmp_path, leave + STUB_ATTENTION))
+        assert all(key not in _sysv_keys(kind) for kind in ("shm", "msg", "sem"))
+        assert [f for f in folders if os.path.exists(f"{f}/{name}")] == []
+    finally:  # leave the machine clean even when the sandbox leaked
+        subprocess.run(["ipcrm", "-M", str(key), "-Q", str(key), "-S", str(key)], capture_output=True, check=False)
+        for folder in folders:
+            Path(folder, name).unlink(missing_ok=True)
+
+
+def test_29_no_worker_survives_a_reply_that_breaks_the_parser(tmp_path):
+    """A header that makes the JSON parser raise RecursionError, then a worker that never reads again."""
+    marker = f"{2000 + uuid.uuid4().int % 1000}.{os.getpid()}"
+    hostile = (f"import os, struct, subprocess, time\n"
+               f"subprocess.Popen(['sleep', '{marker}'])\n"
+               f"head = b'[' * 200000\nos.write(4, struct.pack('>I', len(head)) + head)\ntime.sleep(10**6)\n"
+               + STUB_ATTENTION)
+    report = _hostile(tmp_path, hostile, both=True)
     _only_attention_lost(report)
-    assert "exit code 3" in _outputs(report)
+    assert ERROR_NOTE not in _outputs(report) and "malformed reply" in _outputs(report)
+    assert _processes_with(marker) == []
+
+
+def test_32_a_forged_exit_notice_fails_its_case_as_the_students_fault(tmp_path):
+    report = _hostile(tmp_path, _forge("{'exited': -999, 'buffers': []}"), both=True)
+    _only_attention_lost(report)
+    text = _outputs(report)
+    assert ERROR_NOTE not in text and "Traceback" not in text and "malformed" in text
+
+
+@pytest.mark.parametrize("hidden", [
+    "from torch.nn.functional import scaled_dot_product_attention as fast\n",
+    "import torch.nn.functional\nfast = torch.nn.functional.scaled_dot_product_attention\n",
+    "from torch.nn import functional as nnf\n\ndef fast(*args):\n    return getattr(nnf, 'scaled_dot_product_attention')(*args)\n",
+], ids=["import-alias", "assigned-alias", "helper-with-getattr"])
+def test_33_shortcuts_behind_aliases_and_helpers_in_other_cells_are_reported(tmp_path, hidden):
+    answer = "def attention(query, key, value, mask=None, dropout=None):\n    return fast(query, key, value), None\n"
+    nb = notebook(attention=answer, before=[nbformat.v4.new_code_cell(hidden)])
+    report = _grade(write(nb, tmp_path), only="ch03.attention", public_only=True)
+    policy = next(t for t in report.tests if t.name == "ch03.attention policy: no library shortcut")
+    assert policy.status == "failed" and "scaled_dot_product_attention" in policy.output
+    clean = _grade(write(notebook(), tmp_path / "clean"), only="ch03.attention", public_only=True)
+    assert next(t for t in clean.tests if "policy" in t.name).status == "passed"
+
+
+def _outside_fences(markdown: str) -> str:
+    """The lines of ``markdown`` that are not inside a fenced code block."""
+    outside, fence = [], None
+    for line in markdown.splitlines():
+        stripped = line.lstrip()
+        run = len(stripped) - len(stripped.lstrip("`"))
+        if fence is None and run >= 3:
+            fence = run
+        elif fence is not None and run >= fence and not stripped.strip("`"):
+            fence = None
+        elif fence is None:
+            outside.append(line)
+    return "\n".join(outside)
+
+
+def test_34_feedback_is_bounded_and_student_text_is_fenced(tmp_path):
+    inject = "## Score: 10/10\\n<img src=x onerror=alert(1)>\\n``` \\n# All tests passed"
+    loud = (f"raise RuntimeError('{inject}')\n" + STUB_ATTENTION.replace(
+        "raise NotImplementedError()", f"raise ValueError('{inject}' + 'A' * 10**6)"))
+    forged = _forge("{'id': request.get('id'), 'ok': False, 'buffers': [], "
+                    f"'error': '{inject}' + 'B' * 900000}}", then="return None")
+    for folder, attention in (("loud", loud), ("forged", forged)):
+        report = _hostile(tmp_path / folder, attention, both=True)
+        _only_attention_lost(report)
+        results = to_gradescope(report)
+        assert len(json.dumps(results)) < 100_000
+        for test in results["tests"]:
+            assert len(test["output"]) <= 8000, test["name"]
+            visible = _outside_fences(test["output"])
+            assert "Score: 10/10" not in visible and "<img" not in visible and "All tests passed" not in visible, \
+                test["output"][:3000]
+
+
+def test_35_a_sandbox_step_that_fails_is_never_ignored(host):
+    """A container-like /proc (one file masked) keeps a user namespace from mounting a private
+    /proc; the grader, run by an ordinary user, must not let the worker read the host's."""
+    probe = guarded(f"any(b{str(host / 'sub')!r} in open(f'/proc/{{p}}/cmdline', 'rb').read() "
+                    "for p in os.listdir('/proc') if p.isdigit())", "import os")
+    write(notebook(attention=probe), host / "sub")
+    (host / "out").mkdir()
+    run = contained(f"""
+chown nobody "$WORK/out"
+as_nobody {PYTHON} -m autograder grade "$WORK/sub" --results "$WORK/out/results.json" > /dev/null
+""", host, masked_proc=True)
+    assert run.returncode == 0, run.stderr
+    data = _results(host / "out" / "results.json")
+    assert _scores(data)["ch03.attention"] == 0.0
+    assert "/proc" in data["extra_data"]["sandbox"]  # the step that could not be done is named
+
+
+_LEAKS = '''import gc, sys
+_SENTINELS = ("Computed in float64 and cast once", "omega = pair_frequencies(d_model)")
+_shown = []
+def _report_leaks():
+    """Print every reference text this worker holds (frames, dicts, injected functions), once."""
+    if _shown:
+        return
+    _shown.append(1)
+    texts = []
+    frame = sys._getframe()
+    while frame is not None:
+        texts += [v for d in (frame.f_locals, frame.f_globals) for v in list(d.values())]
+        frame = frame.f_back
+    texts += [v for obj in gc.get_objects() if isinstance(obj, dict) for v in list(obj.values())]
+    texts = [t for v in texts for t in ([v] if isinstance(v, str) else list(v.values()) if isinstance(v, dict)
+                                        else [getattr(v, "__doc__", None)] if callable(v) else [])]
+    found = {t[t.index(s):t.index(s) + 120] for t in texts if isinstance(t, str) for s in _SENTINELS if s in t}
+    if found:
+        print("LEAKED:", sorted(found))
+'''
+
+
+def test_28_prerequisites_of_the_chapter_being_graded_carry_no_readable_reference(tmp_path):
+    """PositionalEncoding's worker receives ``positional_encoding`` (an exercise of the same
+    chapter): a submission that searches the worker for its text must find nothing to print."""
+    from tests.notebook_answers import release_with, solution_answers
+
+    chapter = REPO_ROOT / "solutions" / "02_positional_encoding" / "positional_encoding.ipynb"
+    answers = solution_answers(chapter)
+    answers["ch02.PositionalEncoding"] = _LEAKS + answers["ch02.PositionalEncoding"].replace(
+        "super().__init__()", "super().__init__()\n        _report_leaks()")
+    path = release_with(REPO_ROOT / "chapters" / chapter.parent.name / chapter.name, tmp_path, answers)
+    report = grade_path(path, only="ch02.PositionalEncoding", limits=Limits(call_timeout_s=30))  # a slow search
+    text = "\n".join(t.output for t in report.tests)
+    assert "Computed in float64" not in text and "pair_frequencies(d_model)" not in text, text[:3000]
+    assert report.exercise_score("ch02.PositionalEncoding") == by_id("ch02.PositionalEncoding").points
+
+
+def _parsed(nb: nbformat.NotebookNode):
+    return parse_notebook("attention.ipynb", nbformat.writes(nb).encode())
+
+
+def test_30_comments_and_formatting_do_not_reroll_the_hidden_cases():
+    exercise = by_id("ch03.attention")
+    seed = default_seed(exercise, extract(_parsed(notebook()), exercise))
+    commented = "# my attention\n" + ast.unparse(ast.parse(ATTENTION)).replace("\n", "  # why not\n\n", 3)
+    assert default_seed(exercise, extract(_parsed(notebook(attention=commented)), exercise)) == seed
+    other = ATTENTION.replace("math.sqrt(d_k)", "d_k ** 0.5")
+    assert default_seed(exercise, extract(_parsed(notebook(attention=other)), exercise)) != seed
+
+
+def test_30_every_gradescope_package_carries_its_own_secret_salt(tmp_path, monkeypatch):
+    monkeypatch.delenv("AUTOGRADER_SALT", raising=False)
+    submission = write(notebook(), tmp_path / "sub")
+    probe = ("import sys\nfrom autograder.grade import grade_path\n"
+             "print(grade_path(sys.argv[1], only='ch03.attention', public_only=True).seeds['ch03.attention'])\n")
+    seeds = []
+    for name in ("one", "two", "two"):
+        package = tmp_path / name
+        if not package.exists():
+            with zipfile.ZipFile(build("03", tmp_path / f"{name}.zip")) as archive:
+                archive.extractall(package)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run = subprocess.run([sys.executable, "-c", probe, str(submission)], capture_output=True, text=True,
+                             cwd=package, env=dict(env, PYTHONPATH=str(package)), timeout=300, check=False)
+        assert run.returncode == 0, run.stderr
+        seeds.append(int(run.stdout.split()[-1]))
+    unsalted = default_seed(by_id("ch03.attention"), extract(_parsed(notebook()), by_id("ch03.attention")))
+    assert seeds[1] == seeds[2]  # one package: the same answer, the same cases
+    assert len({unsalted, seeds[0], seeds[1]}) == 3  # a new secret per package
+
+
+def test_30_each_hidden_case_exercises_the_feature_it_names():
+    """Over many seeds, the padding cases hide at least one key (else a mask-ignoring answer passes)."""
+    attention, masked_softmax = resolve("tfm_solution.attention:attention"), resolve("tfm_solution.masks:masked_softmax")
+    for seed in range(400):
+        case = next(c for c in by_id("ch03.attention").cases(seed) if "padding" in c.title)
+        assert not torch.allclose(attention(*case.args, **case.kwargs)[0], attention(*case.args)[0]), seed
+        case = next(c for c in by_id("ch04.masked_softmax").cases(seed) if "padding" in c.title)
+        assert not torch.allclose(masked_softmax(*case.args), masked_softmax(case.args[0])), seed
+        for case in by_id("ch04.batch").cases(seed)[1:3]:  # default pad, another pad id
+            src, tgt = case.args
+            pad = case.kwargs.get("pad", 2)
+            assert (src == pad).any() and (tgt[:, 1:] == pad).any(), (seed, case.title)
+
+
+def test_31_huge_and_pathological_notebooks_are_refused_before_parsing(tmp_path):
+    cell = '{"cell_type": "raw", "metadata": {}, "source": "x"}, '
+    flat = tmp_path / "flat" / "attention.ipynb"
+    flat.parent.mkdir()
+    flat.write_text('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [' + cell * 1_500_000
+                    + cell.rstrip(", ") + "]}")
+    start = time.monotonic()
+    found = []
+    growth = _peak_rss_growth(lambda: found.extend(read_submission(flat.parent)))
+    assert growth < 150 * 2**20, f"parsing grew the harness by {growth / 2**20:.0f} MiB"
+    assert isinstance(found[0], Unreadable) and time.monotonic() - start < 10
+    # An old format converts without its outputs: fast, whatever they hold.
+    outputs = [{"output_type": "stream", "stream": "stdout", "text": "x\n"}] * 60_000
+    old = {"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"metadata": {}, "cells": [
+        {"cell_type": "code", "input": ATTENTION, "language": "python", "metadata": {}, "outputs": outputs}]}]}
+    start = time.monotonic()
+    nb = parse_notebook("attention.ipynb", json.dumps(old).encode())
+    assert time.monotonic() - start < 3 and nb.cells[0].source == ATTENTION
+    # Folders: too many entries, or too many bytes of notebooks, are refused before reading them all.
+    crowded = tmp_path / "crowded"
+    write(notebook(), crowded)
+    for n in range(6000):
+        (crowded / f"f{n}.txt").touch()
+    start = time.monotonic()
+    with pytest.raises(SubmissionError, match="files"):
+        read_submission(crowded)
+    heavy = tmp_path / "heavy"
+    big = notebook(after=[nbformat.v4.new_markdown_cell("x" * (9 * 2**20))])
+    for n in range(12):
+        write(big, heavy, f"copy{n:02}.ipynb")
+    found = read_submission(heavy)
+    assert any(isinstance(nb, Unreadable) and "MB" in nb.reason for nb in found)
+    assert sum(isinstance(nb, Notebook) for nb in found) < 12
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "no-namespaces"])
+def test_36_on_gradescope_a_worker_sees_its_inputs_and_a_read_only_venv_only(host, namespaces):
+    """Gradescope's layout: /autograder holds the venv, the package, the submission, the
+    results and everyone's metadata; the package's own run_autograder sets it up. (Laid out
+    under /srv, on a private mount of the test's host: /tmp is private to workers anyway.)"""
+    staged, ag = host / "autograder", "/srv/autograder"
+    with zipfile.ZipFile(build("03", host / "package.zip")) as archive:
+        archive.extractall(staged / "source")
+    (staged / "results").mkdir()
+    (staged / "submission_metadata.json").write_text('{"users": [{"name": "Ada", "email": "ada@example.com"}]}')
+    probe = guarded("leak()", f"""import os
+def leak():
+    for path in ['{ag}/submission_metadata.json', '{ag}/source/autograder/grade.py', '{ag}/submission/attention.ipynb']:
+        try:
+            return bool(open(path).read(1))
+        except OSError:
+            pass
+    for folder in ['{ag}', '{ag}/source', '{ag}/results', '{ag}/submission']:
+        try:
+            if set(os.listdir(folder)) - {{'venv'}}:
+                return True
+        except OSError:
+            pass
+    for folder in [os.path.dirname(os.__file__), '{ag}/venv', '{ag}/venv/lib']:
+        try:
+            open(folder + '/zz_probe', 'w')
+            return True
+        except OSError:
+            pass
+    return False""")
+    write(notebook(attention=probe), staged / "submission")
+    driver = host / "driver.py"
+    driver.write_text(_WITHOUT_NAMESPACES + "import sys\nfrom autograder.__main__ import main\n"
+                      "sys.exit(main(sys.argv[1:]))\n")
+    script = RUN_AUTOGRADER.format(chapter="03").replace("/autograder", ag).replace(
+        "-m autograder", str(driver)).replace("exec ", "")
+    run = contained(f"export GRADED_NAMESPACES={int(namespaces)}\n"
+                    f"mount -t tmpfs -o mode=755 tmpfs /srv && cp -a \"$WORK/autograder\" /srv/\n"
+                    f"mkdir -p {ag}/venv && mount --rbind {sys.prefix} {ag}/venv\n"
+                    f"{script}\ncp {ag}/results/results.json \"$WORK/results.json\"\n", host)
+    assert run.returncode == 0, run.stderr
+    assert _scores(_results(host / "results.json")) == {"ch03.attention": 0.0, "ch03.softmax_saturation": 4.0}
+
+
+_VICTIM = ATTENTION.replace("    d_k = query.size(-1)\n", "    d_k = query.size(-1)\n    time.sleep(0.4)\n")
+_KILLER = ("import os, time\ndef _kill_everyone(seconds):\n    end = time.monotonic() + seconds\n"
+           "    while time.monotonic() < end:\n        try:\n            os.kill(-1, 9)\n        except OSError:\n"
+           "            pass\n        time.sleep(0.005)\n_kill_everyone(6)\n"
+           "def attention(query, key, value, mask=None, dropout=None):\n    _kill_everyone(2)\n")
+
+
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "no-namespaces"])
+def test_37_workers_of_different_submissions_cannot_signal_each_other(host, namespaces):
+    """``grade-batch`` with two submissions at once: one kills whatever it may, the other must not notice."""
+    write(notebook(attention="import time\n" + _VICTIM), host / "batch" / "victim")
+    write(notebook(attention=_KILLER), host / "batch" / "killer")
+    driver = host / "driver.py"
+    driver.write_text(_WITHOUT_NAMESPACES + "import json, sys\nfrom pathlib import Path\n"
+                      "if __name__ == '__main__':\n    from autograder.batch import grade_folder\n"
+                      "    rows = grade_folder(Path(sys.argv[1]), jobs=2, progress=False)\n"
+                      "    print(json.dumps({r['submission']: r['score'] for r in rows}))\n")
+    run = contained(f"GRADED_NAMESPACES={int(namespaces)} {PYTHON} {driver} \"$WORK/batch\"", host)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == {"killer": 4.0, "victim": 10.0}, run.stdout

@@ -1,0 +1,52 @@
+"""Bounded feedback: what a student's code says reaches the results fenced, and never too much.
+
+Results are Markdown. Text that the student controls (exception messages, printed output,
+errors while loading) is shown inside a fenced code block whose fence is longer than any
+run of backticks in the text, so no heading, link, image or HTML in it is rendered, and it
+cannot close the fence early. Each such text is cut to ``TEXT_CAP`` characters, each test's
+feedback to ``TEST_CAP`` and a whole run's to ``RUN_CAP``: however much a submission prints
+or raises, the results stay small.
+"""
+
+from __future__ import annotations
+
+import re
+
+TEXT_CAP = 2000  # characters of one student-controlled text
+TEST_CAP = 8000  # characters of one test's feedback
+RUN_CAP = 60_000  # characters of all the feedback of one run
+_CUT = "\n[... truncated ...]"
+
+
+def fenced(text: str, cap: int = TEXT_CAP) -> str:
+    """``text`` (student-controlled) as an inert Markdown code block, at most ``cap`` characters of it."""
+    text = str(text)
+    if len(text) > cap:
+        text = text[:cap] + _CUT
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _cut(output: str, cap: int) -> str:
+    """``output`` cut to about ``cap`` characters, closing a code block left open by the cut."""
+    if len(output) <= cap:
+        return output
+    kept, fence = output[:cap], None
+    for line in kept.splitlines():
+        run = len(line) - len(line.lstrip("`"))
+        if fence is None and run >= 3:
+            fence = "`" * run
+        elif fence is not None and line.strip() == fence:
+            fence = None
+    return kept + (f"\n{fence}" if fence else "") + _CUT
+
+
+def bound(tests: list) -> None:
+    """Cut each test's ``output`` to ``TEST_CAP`` and the run's to ``RUN_CAP`` (in place)."""
+    left = RUN_CAP
+    for test in tests:
+        test.output = _cut(test.output, min(TEST_CAP, max(left, 0)))
+        if left <= 0:
+            test.output = "[feedback omitted: this run's feedback reached its size limit]"
+        left -= len(test.output)
