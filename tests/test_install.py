@@ -3,6 +3,7 @@ cell installs the package from the one repository address in `_config.yml`."""
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -79,7 +80,7 @@ def test_the_address_lives_in_config_only_and_the_cell_is_rewritten_from_it(tmp_
 
 #: Run inside the scratch environment: every code cell of each notebook given, as IPython runs it,
 #: except the graded cells (they call the grader, an instructor's tool); every widget must serialise
-#: into the state a static page needs. Prints one JSON line per notebook.
+#: into the state a static page needs. Prints a line starting with argv[1] per notebook, after its own output.
 _RUNNER = r'''
 import json, sys, time
 from pathlib import Path
@@ -87,8 +88,9 @@ import ipywidgets
 from ipywidgets.embed import embed_data
 from IPython.core.interactiveshell import InteractiveShell
 
+REPORT = sys.argv[1]
 shell = InteractiveShell.instance()
-for path in map(Path, sys.argv[1:]):
+for path in map(Path, sys.argv[2:]):
     start, widgets = time.time(), 0
     for cell in json.loads(path.read_text())["cells"]:
         if cell["cell_type"] != "code" or cell["metadata"].get("nbgrader", {}).get("grade"):
@@ -101,9 +103,11 @@ for path in map(Path, sys.argv[1:]):
             assert result.result.model_id in state, f"{path.name}: a widget without state"
             widgets += 1
     import tfm_solution
-    print(json.dumps({"notebook": path.name, "widgets": widgets, "seconds": round(time.time() - start, 1),
+    print(REPORT + json.dumps({"notebook": path.name, "widgets": widgets, "seconds": round(time.time() - start, 1),
                       "package": tfm_solution.__file__}), flush=True)
 '''
+
+_REPORT = "notebook report: "
 
 #: What a student does not install: the course's and the developers' extras.
 _NOT_INSTALLED = ("nbformat", "nbclient", "nbgrader", "jupyter_book", "pytest", "nbval", "transformers", "ipykernel")
@@ -113,6 +117,12 @@ def _run(cmd: list[str], **kwargs) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kwargs)
     assert done.returncode == 0, f"{' '.join(map(str, cmd))}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return done.stdout
+
+
+def _children_cpu() -> float:
+    """CPU seconds used by finished child processes (what a quiet machine's clock would show)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _package_copy(dest: Path) -> Path:
@@ -133,7 +143,7 @@ def _widget_cells(path: Path) -> int:
 @pytest.mark.slow
 def test_pip_install_alone_runs_every_chapter_with_its_widgets(tmp_path):
     timings = {}
-    start = time.time()
+    start, cpu = time.time(), _children_cpu()
     venv = tmp_path / "venv"
     # A fresh environment with nothing but this package and its dependencies, at the locked versions;
     # pip runs from the test's environment (--python), so the new one needs no pip of its own.
@@ -146,6 +156,7 @@ def test_pip_install_alone_runs_every_chapter_with_its_widgets(tmp_path):
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-compile",
           "-c", str(REPO / "requirements.lock"), str(wheel)])
     timings["install"] = round(time.time() - start, 1)
+    timings["install cpu"] = round(_children_cpu() - cpu, 1)
 
     site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
     for name in _NOT_INSTALLED:
@@ -166,12 +177,15 @@ def test_pip_install_alone_runs_every_chapter_with_its_widgets(tmp_path):
     halves = [notebooks[0::2], notebooks[1::2]]  # two processes for two cores
     (tmp_path / "runner.py").write_text(_RUNNER)
     with ThreadPoolExecutor(2) as pool:
-        outputs = pool.map(lambda group: _run([str(python), str(tmp_path / "runner.py"), *map(str, group)],
+        outputs = pool.map(lambda group: _run([str(python), str(tmp_path / "runner.py"), _REPORT, *map(str, group)],
                                               cwd=tmp_path, env=env) if group else "", halves)
-        reports = [json.loads(line) for out in outputs for line in out.splitlines() if line.startswith("{")]
+        reports = [json.loads(line.removeprefix(_REPORT)) for out in outputs for line in out.splitlines()
+                   if line.startswith(_REPORT)]
     timings["notebooks"] = round(time.time() - start - timings["install"], 1)
+    timings["notebooks cpu"] = round(_children_cpu() - cpu - timings["install cpu"], 1)
     each = ", ".join(f"{r['notebook']} {r['seconds']} s" for r in reports)
-    print(f"\nfresh install: {timings['install']} s; {len(reports)} notebooks: {timings['notebooks']} s ({each})")
+    print(f"\nfresh install: {timings['install']} s wall, {timings['install cpu']} s CPU; {len(reports)} notebooks "
+          f"in two processes: {timings['notebooks']} s wall, {timings['notebooks cpu']} s CPU ({each})")
 
     assert sorted(r["notebook"] for r in reports) == sorted(p.name for p in SOLUTIONS)
     for report in reports:
