@@ -1,0 +1,187 @@
+"""Chapter 7 grading: the notes' ``LayerNorm`` and ``SublayerConnection`` (Pre-LN and Post-LN)."""
+
+from __future__ import annotations
+
+import torch
+
+from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+
+CHAPTER, NOTEBOOK = "07_add_norm", "add_norm.ipynb"
+
+
+def _features(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Token vectors with a different offset and spread per token, as a layer's inputs have."""
+    spread = torch.rand(*shape[:-1], 1, generator=gen, dtype=dtype) * 3 + 0.2
+    offset = torch.randn(*shape[:-1], 1, generator=gen, dtype=dtype) * 2
+    return randn(gen, *shape, dtype=dtype) * spread + offset
+
+
+def layer_norm_cases(seed: int) -> list[Case]:
+    """``LayerNorm(features, eps=1e-6)``, given the reference's ``a_2`` and ``b_2``."""
+    pub, gen = generators(seed)
+    b, n, d = dim(gen, 2, 4), dim(gen, 3, 9), dim(gen, 6, 40)
+    wide = dim(gen, 256, 512)
+    near_constant = 5 + 1e-4 * randn(gen, 3, dim(gen, 32, 64), dtype=torch.float64)
+    return [
+        Case("4 features, a batch of 2 x 3 tokens", "each token normalized over its 4 features (public)", True,
+             (_features(pub, 2, 3, 4),), construct=(4,)),
+        Case("a random batch of token vectors", "(batch, seq_len, features): the last axis only, unbiased std",
+             False, (_features(gen, b, n, d),), construct=(d,)),
+        Case("two features", "features = 2, where the unbiased std differs most from the biased one", False,
+             (_features(gen, dim(gen, 3, 8), 2),), construct=(2,)),
+        Case("a large eps", "eps given to the constructor and added to the std, outside the square root", False,
+             (_features(gen, 2, dim(gen, 3, 6), 8),), construct=(8, 0.5)),
+        Case("near-constant vectors, float64", "spread 1e-4: eps = 1e-6 is added to the std (not inside the "
+             "root); the dtype is kept", False, (near_constant,), construct=(near_constant.size(-1),),
+             rtol=1e-6, atol=1e-8),
+        Case("d_model in the hundreds, 2-D input", "a (tokens, features) input: no batch axis", False,
+             (_features(gen, dim(gen, 4, 8), wide),), construct=(wide,)),
+    ]
+
+
+def sublayer_connection_cases(seed: int) -> list[Case]:
+    """``SublayerConnection(size, dropout)`` (Pre-LN, the notes' call) around a stand-in sublayer that scales.
+
+    The stand-in multiplies its input by a factor, so the answer is ``x + f * norm(x)``; the
+    training-mode copies the grader adds check where dropout goes. The Post-LN switch of the
+    exercise is checked by the notebook's visible tests only: a case cannot pass the string
+    ``"post"`` to the worker (its wire carries tensors, numbers and None).
+    """
+    pub, gen = generators(seed)
+
+    def scale() -> dict:
+        return {"module": "scale", "factor": float(torch.empty(1).uniform_(0.5, 3.0, generator=gen))}
+
+    d_pre, d_64, d_neg = dim(gen, 6, 24), dim(gen, 8, 32), dim(gen, 6, 16)
+    return [
+        Case("Pre-LN, the notes' two-argument call", "x + sublayer(norm(x)); norm_position defaults to 'pre' "
+             "(public)", True, (_features(pub, 2, 3, 8), {"module": "scale", "factor": 2.0}), construct=(8, 0.1)),
+        Case("a random batch", "x + sublayer(norm(x)): the residual is x itself, the sublayer sees norm(x)", False,
+             (_features(gen, dim(gen, 1, 3), dim(gen, 3, 9), d_pre), scale()), construct=(d_pre, 0.2)),
+        Case("a sublayer that flips the sign", "a negative factor: x + f * norm(x) with f < 0", False,
+             (_features(gen, 2, dim(gen, 3, 6), d_neg), {"module": "scale", "factor": -1.5}), construct=(d_neg, 0.1)),
+        Case("float64", "the residual x is added unchanged; the dtype is kept", False,
+             (_features(gen, 2, 5, d_64, dtype=torch.float64), scale()), construct=(d_64, 0.1),
+             rtol=1e-6, atol=1e-8),
+    ]
+
+
+_layer_norm = variants('''
+from torch import nn
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean({axis}, keepdim=True)
+        {spread}
+        return self.a_2 * (x - mean) / {denominator} + self.b_2
+''', axis="-1", spread="std = x.std(-1, keepdim=True)", denominator="(std + self.eps)")
+
+_sublayer = variants('''
+from torch import nn
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (x.std(-1, keepdim=True) + self.eps) + self.b_2
+
+
+class SublayerConnection(nn.Module):
+    def __init__(self, size, dropout, norm_position="pre"):
+        super().__init__()
+        self.norm = LayerNorm(size)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_position = norm_position
+
+    def forward(self, x, sublayer):
+        if self.norm_position == "post":
+            return {post}
+        return {pre}
+''', post="self.norm(x + self.dropout(sublayer(x)))", pre="x + self.dropout(sublayer(self.norm(x)))")
+
+EXERCISES = (
+    Exercise(
+        id="ch07.LayerNorm",
+        chapter=CHAPTER,
+        notebook=NOTEBOOK,
+        name="LayerNorm",
+        kind="module",
+        signature="LayerNorm(features, eps=1e-6); forward(x) -> a_2 * (x - mean) / (std + eps) + b_2",
+        points=4,
+        solution_grade_id="ch07-layer-norm",
+        test_grade_id="ch07-layer-norm-tests",
+        reference="tfm_solution.norm:LayerNorm",
+        cases=layer_norm_cases,
+        mistakes={
+            "biased_std": Mistake(
+                "the standard deviation divides by d (biased); the notes' LayerNorm uses x.std(-1), which "
+                "divides by d - 1",
+                _layer_norm(spread="std = x.std(-1, keepdim=True, unbiased=False)")),
+            "eps_inside_root": Mistake(
+                "eps is added inside the square root, sqrt(var + eps); the notes add it to the standard "
+                "deviation: (x - mean) / (std + eps)",
+                _layer_norm(spread="var = x.var(-1, keepdim=True)", denominator="torch.sqrt(var + self.eps)")),
+            "torch_flavour": Mistake(
+                "this is nn.LayerNorm's formula (biased variance, eps inside the root); the notes' flavour "
+                "divides by the unbiased std plus eps",
+                _layer_norm(spread="var = x.var(-1, keepdim=True, unbiased=False)",
+                            denominator="torch.sqrt(var + self.eps)")),
+            "eps_ignored": Mistake(
+                "eps is never used: divide by (std + eps); it matters for vectors whose spread is tiny",
+                _layer_norm(denominator="std")),
+            "normalized_over_positions": Mistake(
+                "the mean and std run over the positions (axis -2); layer normalization uses each token's own "
+                "features, the last axis",
+                _layer_norm(axis="-2", spread="std = x.std(-2, keepdim=True)")),
+        },
+        time_budget_s=1.0,
+    ),
+    Exercise(
+        id="ch07.SublayerConnection",
+        chapter=CHAPTER,
+        notebook=NOTEBOOK,
+        name="SublayerConnection",
+        kind="module",
+        signature='SublayerConnection(size, dropout, norm_position="pre"); forward(x, sublayer)',
+        points=4,
+        solution_grade_id="ch07-sublayer-connection",
+        test_grade_id="ch07-sublayer-connection-tests",
+        reference="tfm_solution.norm:SublayerConnection",
+        cases=sublayer_connection_cases,
+        prerequisites=("tfm_solution.norm:LayerNorm",),
+        mistakes={
+            "post_when_pre": Mistake(
+                "the Pre-LN form normalizes after the add, norm(x + sublayer(x)): that is Post-LN; Pre-LN is "
+                "x + dropout(sublayer(norm(x)))",
+                _sublayer(pre="self.norm(x + self.dropout(sublayer(x)))")),
+            "no_residual": Mistake(
+                "the residual connection is missing: add the input x to the sublayer's output",
+                _sublayer(pre="self.dropout(sublayer(self.norm(x)))")),
+            "residual_from_normed": Mistake(
+                "the residual adds norm(x) instead of x: the stream that goes around the sublayer is the "
+                "input itself, unnormalized",
+                _sublayer(pre="self.norm(x) + self.dropout(sublayer(self.norm(x)))")),
+            "dropout_on_residual": Mistake(
+                "dropout is applied to the sum, residual included; it belongs on the sublayer's output only",
+                _sublayer(pre="self.dropout(x + sublayer(self.norm(x)))")),
+            "no_dropout": Mistake(
+                "dropout is never applied: in training mode the sublayer's output goes through self.dropout",
+                _sublayer(pre="x + sublayer(self.norm(x))")),
+        },
+        has_dropout=True,
+        time_budget_s=1.0,
+    ),
+)
