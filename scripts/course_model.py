@@ -138,7 +138,7 @@ make course-model   # = {COMMAND}
 ```
 Training took {log[-1]['seconds'] / 60:.0f} minutes of wall time ({log[-1]['tokens_per_s']:.0f} target tokens/s in the
 last epoch) on a shared 2-core machine (`{figures['machine']}`), other jobs running beside it: on a quiet machine it
-is faster. The run is seeded; on the same machine and thread count it reproduces the weights.
+is faster. The run is seeded: a rerun draws the same initialisation, data order and dropout masks.
 
 ## How good it is
 | test_2016 (1,000 sentences) | sacreBLEU |

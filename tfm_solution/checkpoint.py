@@ -218,7 +218,6 @@ def load_checkpoint(folder: Path, device: torch.device | str = "cpu"
         raise FileNotFoundError(f"{folder} is not a checkpoint (no run.json or config.json); train one with "
                                 f"`python -m tfm_solution train --out {folder}`")
     model = make_model(**meta["model"])
-    model.to(getattr(torch, meta.get("dtype", "float32")))
-    load_model(model, str(weights / "model.safetensors"))
-    model.float().to(device).eval()
+    load_model(model, str(weights / "model.safetensors"))  # float16 weights are copied into float32 ones
+    model.to(device).eval()
     return model, meta, TokenizerPair.load(folder), state
