@@ -524,7 +524,10 @@ def _forge(header: str, body: str = "b''", then: str = "time.sleep(10**6)") -> s
     """An ``attention`` that answers its call with a forged frame on the reply pipe (fd 4)."""
     return (f"import json, os, struct, sys, time\n"
             f"def attention(query, key, value, mask=None, dropout=None):\n"
-            f"    request = sys._getframe(1).f_locals.get('request') or {{}}\n"
+            f"    frame = sys._getframe(1)\n"
+            f"    while frame is not None and not isinstance(frame.f_locals.get('request'), dict):\n"
+            f"        frame = frame.f_back\n"
+            f"    request = frame.f_locals['request'] if frame is not None else {{}}\n"
             f"    head = ({header}).encode() if isinstance({header}, str) else json.dumps({header}).encode()\n"
             f"    body = {body}\n"
             f"    os.write(4, struct.pack('>I', len(head)) + head)\n"
@@ -640,13 +643,14 @@ def _outside_fences(markdown: str) -> str:
 
 def test_34_feedback_is_bounded_and_student_text_is_fenced(tmp_path):
     inject = "## Score: 10/10\\n<img src=x onerror=alert(1)>\\n``` \\n# All tests passed"
-    loud = (f"raise RuntimeError('{inject}')\n" + STUB_ATTENTION.replace(
-        "raise NotImplementedError()", f"raise ValueError('{inject}' + 'A' * 10**6)"))
+    loud = STUB_ATTENTION.replace("raise NotImplementedError()", f"raise ValueError('{inject}' + 'A' * 10**6)") \
+        + f"raise RuntimeError('{inject}')\n"  # while loading too
     forged = _forge("{'id': request.get('id'), 'ok': False, 'buffers': [], "
                     f"'error': '{inject}' + 'B' * 900000}}", then="return None")
-    for folder, attention in (("loud", loud), ("forged", forged)):
+    for folder, attention, filler in (("loud", loud, "A"), ("forged", forged, "B")):
         report = _hostile(tmp_path / folder, attention, both=True)
         _only_attention_lost(report)
+        assert filler * 100 in _outputs(report)  # shown, but cut (below)
         results = to_gradescope(report)
         assert len(json.dumps(results)) < 100_000
         for test in results["tests"]:
