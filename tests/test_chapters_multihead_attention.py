@@ -1,11 +1,18 @@
 """Chapter 5: the reference's head splitting and multi-head attention against independent oracles
-(per-head slices and loops in float64, ``nn.MultiheadAttention``, FLOP counts)."""
+(per-head slices and loops in float64, ``nn.MultiheadAttention``, FLOP counts), and the notebook's
+visible tests against the mistakes the chapter names (the grader's verdicts are in ``test_grader_submissions.py``)."""
 
+import math
+from pathlib import Path
+
+import nbformat
 import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from autograder.exercises.shared import resolve
+from autograder.registry import by_id
 from tfm_solution import MultiHeadedAttention, attention
 from tfm_solution.multihead import merge_heads, split_heads
 
@@ -106,3 +113,95 @@ def test_train_mode_stores_the_weights_after_dropout():
     torch.testing.assert_close(mha.attn.sum(-1), torch.ones(1, 2, 6))
     _, p = attention(*(split_heads(lin(x), 2) for lin in mha.linears[:3]))
     torch.testing.assert_close(mha.attn, p)
+
+
+# ----------------------------------------------------------------------------- visible tests vs mutants
+
+REPO = Path(__file__).resolve().parents[1]
+SOLUTION = REPO / "solutions" / "05_multihead_attention" / "multihead_attention.ipynb"
+
+
+def _visible_tests(prefix: str) -> list[str]:
+    cells = nbformat.read(SOLUTION, as_version=4).cells
+    return [c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(prefix + "-visible")]
+
+
+def _run_visible(prefix: str, names: dict) -> None:
+    sources = _visible_tests(prefix)
+    assert sources, f"no visible tests for {prefix}"
+    for source in sources:
+        exec(source, {"math": math, "torch": torch, "nn": nn, "split_heads": split_heads,  # noqa: S102
+                      "merge_heads": merge_heads, **names, "print": lambda *a, **k: None})
+
+
+def _mistake(exercise_id: str, name: str):
+    from autograder.mistakes import mistake_function
+
+    return mistake_function(exercise_id, name, by_id(exercise_id).name)
+
+
+class _NoAttn(MultiHeadedAttention):
+    """Forgets to keep the weights."""
+
+    def forward(self, query, key, value, mask=None):
+        out = super().forward(query, key, value, mask)
+        self.attn = None
+        return out
+
+
+class _NoDropoutOnWeights(MultiHeadedAttention):
+    """Never passes its dropout to attention."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            mask = mask.unsqueeze(1)
+        q, k, v = (split_heads(lin(x), self.h) for lin, x in zip(self.linears, (query, key, value)))
+        x, self.attn = attention(q, k, v, mask=mask)
+        return self.linears[3](merge_heads(x))
+
+
+@pytest.mark.parametrize("exercise_id,prefix,name,reference", [
+    ("ch05.split_heads", "ch05-split-heads", "split_heads", split_heads),
+    ("ch05.merge_heads", "ch05-merge-heads", "merge_heads", merge_heads),
+    ("ch05.multiheaded_attention", "ch05-multiheaded-attention", "MultiHeadedAttention", MultiHeadedAttention),
+])
+def test_visible_tests_pass_on_the_reference_and_fail_on_every_declared_mistake(exercise_id, prefix, name, reference):
+    _run_visible(prefix, {name: reference})
+    for mistake in by_id(exercise_id).mistakes:
+        with pytest.raises((AssertionError, RuntimeError)):
+            _run_visible(prefix, {name: _mistake(exercise_id, mistake)})
+
+
+@pytest.mark.parametrize("mutant", [_NoAttn, _NoDropoutOnWeights])
+def test_visible_module_tests_catch_what_the_grader_cannot_see(mutant):
+    """``self.attn`` is not graded by the hidden cases (they compare outputs); the visible tests check it."""
+    with pytest.raises((AssertionError, TypeError, AttributeError)):
+        _run_visible("ch05-multiheaded-attention", {"MultiHeadedAttention": mutant})
+
+
+def test_every_declared_mistake_differs_from_the_reference_on_some_hidden_case():
+    """A declared mistake that every case lets through could never be named. Eval-mode cases see all but
+    two, which the grader's training-mode cases see: dropout placement, and one projection for q, k and v
+    (the reference's four layers start as copies of one, ``clones``, so with fresh weights they coincide;
+    their gradients do not)."""
+    from autograder.grade import _expected, _reference_state
+
+    for exercise_id in ("ch05.split_heads", "ch05.merge_heads", "ch05.multiheaded_attention"):
+        exercise = by_id(exercise_id)
+        reference = resolve(exercise.reference)
+        cases = exercise.cases(11)
+        for mistake in exercise.mistakes:
+            if mistake in ("dropout_on_output", "one_projection_for_all"):
+                continue
+            wrong = _mistake(exercise_id, mistake)
+            differs = []
+            for case in cases:
+                state = _reference_state(reference, case, 11)
+                try:
+                    got = _expected(wrong, case, state)
+                except Exception:  # noqa: BLE001 - an error is a difference
+                    differs.append(True)
+                    continue
+                want = _expected(reference, case, state)
+                differs.append(not (got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-5)))
+            assert any(differs[1:]), (exercise_id, mistake, "no hidden case tells it apart")

@@ -538,8 +538,7 @@ def _maps_frame(s: SentenceAttention, k: int, labels: list[list[str]]) -> bytes:
     fig = Figure(figsize=(mosaic.size(1) * cell + 1.3, mosaic.size(0) * cell + 1.6))
     ax = fig.add_axes((1.1 / fig.get_figwidth(), 1.0 / fig.get_figheight(),
                        mosaic.size(1) * cell / fig.get_figwidth(), mosaic.size(0) * cell / fig.get_figheight()))
-    cmap = matplotlib.colormaps["Blues"].copy()
-    cmap.set_bad("white")
+    cmap = matplotlib.colormaps["Blues"].with_extremes(bad="white")
     ax.imshow(mosaic.numpy(), cmap=cmap, vmin=0, vmax=1, interpolation="nearest", aspect="equal")
     ax.set_yticks([layer * (n_rows + gap) + r for layer in range(n_layers) for r in range(n_rows)],
                   rows * n_layers, fontsize=6)
