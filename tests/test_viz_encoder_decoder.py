@@ -132,6 +132,7 @@ def test_alignment_agreement_reads_the_last_layer_mean():
     found = ch8.alignment_agreement(maps, pair, [("\u2581c", "\u2581x"), ("\u2581a", "y"), ("\u2581q", "y")])
     assert found == [{"de": "\u2581c", "en": "\u2581x", "argmax": "\u2581c", "weight": 1.0},
                      {"de": "\u2581a", "en": "y", "argmax": "\u2581a", "weight": 1.0}]
+    assert [f["argmax"] for f in ch8.alignment_agreement(maps, pair, [("\u2581c", "\u2581x")], layer=0)] == ["\u2581a"]
 
 
 # ----------------------------------------------------------------------------- on the course model

@@ -466,19 +466,20 @@ def cross_attention_explorer(make_model_fn: Callable | None = None, n_pairs: int
     return grid
 
 
-def alignment_agreement(maps: torch.Tensor, pair: Pair, word_pairs: Sequence[tuple[str, str]]) -> list[dict]:
-    """For each (German piece, English piece) that both sentences contain, where the averaged
-    cross-attention of the last layer puts the English row's largest weight.
+def alignment_agreement(maps: torch.Tensor, pair: Pair, word_pairs: Sequence[tuple[str, str]], layer: int = -1
+                        ) -> list[dict]:
+    """For each (German piece, English piece) that both sentences contain, where the cross-attention of
+    decoder layer ``layer`` (heads averaged) puts the English row's largest weight.
 
     Returns:
         One dict per found pair: ``de``, ``en``, ``argmax`` (the source token with the largest
         weight) and ``weight`` (the weight on ``de``).
     """
-    last = maps[-1].mean(0)
+    weights = maps[layer].mean(0)
     found = []
     for de, en in word_pairs:
         if de in pair.src_tokens and en in pair.predicted:
-            row = last[pair.predicted.index(en)]
+            row = weights[pair.predicted.index(en)]
             found.append({"de": de, "en": en, "argmax": pair.src_tokens[int(row.argmax())],
                           "weight": float(row[pair.src_tokens.index(de)])})
     return found
