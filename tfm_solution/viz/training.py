@@ -299,8 +299,9 @@ def _smoothing_frame(true_dist: torch.Tensor, size: int, smoothing: float) -> st
         f"<code>&lt;blank&gt;</code> (grey) gets {float(row[PAD]):.3f}. Row sum: {total:.4f}.<br>"
         f"A position whose label is padding: the whole row is {'zero' if float(padded.abs().sum()) == 0 else 'NOT zero'}"
         f" (sum {float(padded.sum()):.3f}), so it adds nothing to the loss.<br>"
-        f"Entropy of this target: {entropy:.3f} nats. The best a model can do on the true label is "
-        f"−log(1 − ε) = {floor:.3f} nats (perplexity ≥ {math.exp(floor):.3f}), not 0.<br>"
+        f"Cross-entropy against this target never goes below its entropy, {entropy:.3f} nats (the KL loss "
+        f"subtracts it, so its floor is 0). A model that matches the target exactly still gives the label "
+        f"−log(1 − ε) = {floor:.3f} nats: perplexity {math.exp(floor):.3f}, not 1.<br>"
         f"<span style='color:#6b7280'>The notes' formula ε / (V − 1), with the padding column zeroed, "
         f"would make the row sum {notes_sum:.4f}.</span></p></div>"
     )
@@ -385,7 +386,8 @@ def _batch_picture(lengths: Sequence[tuple[int, int]], batch: Sequence[int], row
     lines = "".join(
         f'<div style="height:6px;margin:1px 0;width:{width * scale:.0f}px;background:#fde68a">'
         f'<div style="height:6px;width:{n * scale:.0f}px;background:#1f2937"></div></div>' for n in sizes)
-    more = f"<div style='font-size:10px;color:#6b7280'>… {len(batch) - rows} more rows</div>" if len(batch) > rows else ""
+    more = (f"<div style='font-size:10px;color:#6b7280'>… {len(batch) - rows} more rows</div>"
+            if len(batch) > rows else "")
     return f'<div style="display:inline-block;vertical-align:top;margin-right:24px">{lines}{more}</div>'
 
 
@@ -399,24 +401,28 @@ def padding_explorer(histogram: Mapping[str, int], seed: int = 0) -> widgets.VBo
     lengths = expand_lengths(histogram)
     frames = []
     for budget in BUDGETS:
-        shuffled = random_batches(lengths, budget, torch.Generator().manual_seed(seed))
-        by_length = sorted_batches(lengths, budget, torch.Generator().manual_seed(seed))
-        rows = []
-        for name, batches, colour in (("random order", shuffled, _ORANGE), ("sorted by length", by_length, _GREEN)):
+        rows, pictures = [], []
+        for name, make, colour in (("random order", random_batches, _ORANGE),
+                                   ("sorted by length", sorted_batches, _GREEN)):
+            batches = make(lengths, budget, torch.Generator().manual_seed(seed))
             share = padding_share(lengths, batches)
-            middle = sorted(batches, key=len)[len(batches) // 2]
             rows.append(
-                f"<tr><td style='padding:4px 10px 4px 0'>{name}</td>"
-                f"<td><div style='width:240px;background:#f3f4f6'><div style='width:{240 * share:.0f}px;height:14px;"
-                f"background:{colour}'></div></div></td>"
-                f"<td style='padding-left:8px'>{100 * share:.1f}% padding, {len(batches):,} batches, "
-                f"{len(lengths) / len(batches):.0f} pairs per batch</td>"
-                f"<td style='padding-left:12px'>{_batch_picture(lengths, middle)}</td></tr>")
+                f"<tr><td style='padding:3px 10px 3px 0;white-space:nowrap'>{name}</td>"
+                f"<td><div style='width:200px;background:#f3f4f6'><div style='width:{200 * share:.0f}px;"
+                f"height:14px;background:{colour}'></div></div></td>"
+                f"<td style='padding-left:8px;white-space:nowrap'>{100 * share:.1f}% padding, {len(batches):,} "
+                f"batches of {len(lengths) / len(batches):.0f} pairs on average</td></tr>")
+            middle = sorted(batches, key=len)[len(batches) // 2]
+            pictures.append(f"<div style='display:inline-block;vertical-align:top;margin-right:28px'>"
+                            f"<div style='font-size:11px;margin-bottom:2px'>{name}</div>"
+                            f"{_batch_picture(lengths, middle)}</div>")
         frames.append(
             f'<div style="{_FONT}"><p>Budget {budget:,} source and {budget:,} target positions per batch, '
-            f"{len(lengths):,} training pairs. Right: the target side of a median-sized batch "
-            "(dark = tokens, yellow = padding).</p>"
-            f"<table style='border-collapse:collapse'>{''.join(rows)}</table></div>")
+            f"{len(lengths):,} training pairs.</p>"
+            f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
+            "<p style='margin:8px 0 2px 0'>The target side of a median-sized batch of each kind "
+            "(dark: tokens, yellow: padding):</p>"
+            f"{''.join(pictures)}</div>")
     control = widgets.SelectionSlider(options=[f"{b:,}" for b in BUDGETS], value=f"{4000:,}",
                                       description="token budget", style={"description_width": "initial"})
     return FrameCube([control], frames.__getitem__)
