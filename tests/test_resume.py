@@ -18,7 +18,7 @@ from tfm_solution.cli import main
 
 CRASH = Path(__file__).with_name("_crash_train.py")
 # a small copy-task run with dropout on, so a resume that lost the RNG state would diverge
-RUN = ["train", "--task", "copy", "--config", "tiny", "--device", "cpu", "--epochs", "2", "--max-tokens", "800",
+RUN = ["train", "--task", "copy", "--config", "tiny", "--device", "cpu", "--epochs", "3", "--max-tokens", "800",
        "--dropout", "0.1", "--save-every", "10", "--quiet"]
 
 
@@ -43,9 +43,11 @@ def test_killed_at_random_moments_and_resumed_equals_the_uninterrupted_run(tmp_p
     assert crash_run(reference, "none") == 0
     out = tmp_path / "crashed"
     rng = random.Random(0)
-    # a checkpoint every 10 steps and at each epoch's end (28 steps): six saves to die in, some midway
-    faults = ["call:save_model:1", "call:torch.save:3", "call:atomic_write_text:2", "call:replace:3",
-              *(f"after:{rng.uniform(3, 8):.1f}" for _ in range(3))]
+    # a checkpoint every 10 steps and at each epoch's end (31 steps): eleven saves to die in, most midway
+    # deaths inside a save first (each process saves at least twice more before the run can end), then at
+    # random moments: during start-up, a step or a save
+    faults = ["call:save_model:1", "call:torch.save:2", "call:atomic_write_text:3", "call:replace:4",
+              *(f"after:{rng.uniform(2, 6):.1f}" for _ in range(3))]
     kills = 0
     for fault in faults:
         code = crash_run(out, fault)
