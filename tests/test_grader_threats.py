@@ -614,7 +614,8 @@ def test_32_a_forged_exit_notice_fails_its_case_as_the_students_fault(tmp_path):
 @pytest.mark.parametrize("hidden", [
     "from torch.nn.functional import scaled_dot_product_attention as fast\n",
     "import torch.nn.functional\nfast = torch.nn.functional.scaled_dot_product_attention\n",
-    "from torch.nn import functional as nnf\n\ndef fast(*args):\n    return getattr(nnf, 'scaled_dot_product_attention')(*args)\n",
+    "from torch.nn import functional as nnf\n\n"
+    "def fast(*args):\n    return getattr(nnf, 'scaled_dot_product_attention')(*args)\n",
 ], ids=["import-alias", "assigned-alias", "helper-with-getattr"])
 def test_33_shortcuts_behind_aliases_and_helpers_in_other_cells_are_reported(tmp_path, hidden):
     answer = "def attention(query, key, value, mask=None, dropout=None):\n    return fast(query, key, value), None\n"
@@ -751,7 +752,8 @@ def test_30_every_gradescope_package_carries_its_own_secret_salt(tmp_path, monke
 
 def test_30_each_hidden_case_exercises_the_feature_it_names():
     """Over many seeds, the padding cases hide at least one key (else a mask-ignoring answer passes)."""
-    attention, masked_softmax = resolve("tfm_solution.attention:attention"), resolve("tfm_solution.masks:masked_softmax")
+    attention = resolve("tfm_solution.attention:attention")
+    masked_softmax = resolve("tfm_solution.masks:masked_softmax")
     for seed in range(400):
         case = next(c for c in by_id("ch03.attention").cases(seed) if "padding" in c.title)
         assert not torch.allclose(attention(*case.args, **case.kwargs)[0], attention(*case.args)[0]), seed
