@@ -81,7 +81,8 @@ def _hand_frame(step: int, attention_fn: Callable) -> str:
     rows = "".join(
         f"<tr><td style='padding:2px 10px'>{w} <span style='color:#666'>({g})</span></td>"
         f"<td style='padding:2px 10px;text-align:right'>{float(scores[0, j]):+.2f}</td>"
-        f"<td style='padding:2px 10px'><div style='display:inline-block;width:{round(160 * float(p_attn[0, j]))}px;"
+        f"<td style='padding:2px 10px;white-space:nowrap'><div style='display:inline-block;"
+        f"width:{round(160 * float(p_attn[0, j]))}px;"
         f"height:11px;background:#7c3aed'></div> {100 * float(p_attn[0, j]):.0f}%</td>"
         f"<td style='padding:2px 10px'>{float(out[0, j]):.2f}</td></tr>"
         for j, (w, g) in enumerate(zip(SOURCE_WORDS, SOURCE_GLOSSES, strict=True))
@@ -108,8 +109,8 @@ def cross_attention_by_hand(attention_fn: Callable | None = None) -> FramePlayer
     used = resolve(attention_fn, reference_attention,
                    lambda fn: fn(*(hand_cross_attention(NOTES_WEIGHTS)[k] for k in ("query", "keys", "values"))),
                    "attention")
-    control = widgets.SelectionSlider(options=[f"{w} → {t}" for w, t, _ in HAND_STEPS], index=0,
-                                      description="step", style={"description_width": "initial"})
+    control = widgets.SelectionSlider(options=[f"produce {t}" for _, t, _ in HAND_STEPS], index=0,
+                                      description="decoder step", style={"description_width": "initial"})
     return FramePlayer(control, lambda i: _hand_frame(i, used.fn), len(HAND_STEPS), header=[used.banner()])
 
 

@@ -156,7 +156,8 @@ def norm_axis_explorer(layer_norm_cls: Callable | None = None, max_extra: int = 
     kinds = ("batch", "layer")
     norm = widgets.ToggleButtons(options=["batch norm (per feature)", "layer norm (per token)"],
                                  style={"button_width": "auto"})
-    extra = widgets.IntSlider(value=0, min=0, max=max_extra, description="extra <pad>")
+    extra = widgets.IntSlider(value=0, min=0, max=max_extra, description="extra pads",
+                              style={"description_width": "initial"})
     return FrameGrid(norm, extra, (2, max_extra + 1),
                      lambda i, j: _axis_frame(kinds[i], j, stacked), header=[used.banner()])
 
