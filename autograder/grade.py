@@ -17,6 +17,7 @@ import inspect
 import marshal
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -318,8 +319,14 @@ class ExerciseRun:
         self._stop_worker()
         exercise = self.exercise
         report.seeds[exercise.id] = self.seed
-        for number in range(len(self.cases)):
-            report.tests.append(self.results.get(number) or self._fail(number, f"{ERROR_NOTE}: this case did not run"))
+        lines = [self.results.get(number) or self._fail(number, f"{ERROR_NOTE}: this case did not run")
+                 for number in range(len(self.cases))]
+        behaviour = [line for line, case in zip(lines, self.cases) if not case.structure]
+        if behaviour and all(NOT_IMPLEMENTED in line.output for line in behaviour):
+            # a structure is worth points only for a module that computes something: an untouched stub scores 0
+            lines = [replace(line, score=0.0, output=line.output.removesuffix("passed") + STRUCTURE_OF_A_STUB)
+                     if case.structure and line.score else line for line, case in zip(lines, self.cases)]
+        report.tests.extend(lines)
         policy = _policy(exercise, self.extraction)
         if policy:
             report.tests.append(policy)
@@ -334,6 +341,11 @@ class ExerciseRun:
             notes.append("your code printed:\n\n" + fenced(output))
         if notes:
             report.tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "\n\n".join(notes)))
+
+
+NOT_IMPLEMENTED = "not implemented yet (the stub raises `NotImplementedError`)"
+STRUCTURE_OF_A_STUB = ("no points yet: every other case of this exercise is still a stub; the structure counts "
+                       "once the module computes something")
 
 
 class _NotDefined(Exception):
@@ -353,8 +365,7 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
     if not reply.get("ok"):
         error = str(reply.get("error", "unknown error"))
         if error.startswith("NotImplementedError"):
-            return TestResult(name, 0.0, weight, "\n\n".join(lines + ["not implemented yet (the stub raises "
-                                                                       "`NotImplementedError`)"]))
+            return TestResult(name, 0.0, weight, "\n\n".join(lines + [NOT_IMPLEMENTED]))
         if error.startswith("MemoryError") or "can't allocate memory" in error:
             return TestResult(name, 0.0, weight, "\n\n".join(lines + ["exceeded the memory limit:\n\n"
                                                                        + fenced(error, 200)]))

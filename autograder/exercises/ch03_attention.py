@@ -122,6 +122,18 @@ EXERCISES = (
             "no_transpose": Mistake(
                 "key is not transposed: the scores must be query @ key^T (key.transpose(-2, -1))",
                 _attention(scores="torch.matmul(query, key) / math.sqrt(d_k)")),
+            "weights_before_dropout": Mistake(
+                "p_attn is returned before dropout: return the dropped-out weights, the ones the output was "
+                "computed with",
+                '''
+def attention(query, key, value, mask=None, dropout=None):
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+    p_attn = scores.softmax(dim=-1)
+    dropped = p_attn if dropout is None else dropout(p_attn)
+    return torch.matmul(dropped, value), p_attn
+'''),
         },
         banned=("scaled_dot_product_attention", "MultiheadAttention"),
         time_budget_s=1.0,
