@@ -126,7 +126,7 @@ def _units_frame(entry: LayerInput, hidden: torch.Tensor, n_units: int) -> bytes
                    f"(mean {active.mean().item():.0%})", fontsize=8)
     bars.tick_params(labelsize=6)
     vmax = max(float(shown.max()), 1e-6)
-    image = heat.imshow(shown.numpy(), aspect="auto", cmap="magma_r", vmin=min(0.0, float(shown.min())), vmax=vmax,
+    image = heat.imshow(shown.numpy(), aspect="auto", cmap="Reds", vmin=min(0.0, float(shown.min())), vmax=vmax,
                         interpolation="nearest")
     heat.set_yticks(range(len(units)), [f"unit {u}" for u in units.tolist()], fontsize=5.5)
     heat.set_xticks(range(n), entry.tokens, fontsize=6.5, rotation=90)
@@ -224,10 +224,11 @@ def _activation_frame(entry: LayerInput, name: str, stats: ActivationStats, gelu
     bars.bar(range(n), stats.positive.tolist(), color="#2563eb", label="output > 0")
     bars.bar(range(n), (-stats.negative).tolist(), color="#dc2626", label=f"output < {LEAK} (negative, let through)")
     bars.axhline(0, color="#111", lw=0.6)
-    bars.set_ylim(-1, 1)
+    bars.set_ylim(-1.05, 1.45)
+    bars.set_yticks([-1, -0.5, 0, 0.5, 1])
     bars.set_xticks(range(n), entry.tokens, fontsize=6, rotation=90)
     bars.set_title(f"{entry.layer}: share of the {stats.z.size(1)} hidden units, token by token", fontsize=8)
-    bars.legend(fontsize=6.5, loc="lower right")
+    bars.legend(fontsize=6.5, loc="upper center", ncol=2)
     bars.tick_params(labelsize=7)
     fig.tight_layout()
     return figure_png(fig, dpi=80)

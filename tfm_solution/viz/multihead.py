@@ -534,16 +534,16 @@ def _maps_frame(s: SentenceAttention, k: int, labels: list[list[str]]) -> bytes:
         for head in range(n_heads):
             top, left = layer * (n_rows + gap), head * (n_cols + gap)
             mosaic[top:top + n_rows, left:left + n_cols] = maps[layer, head]
-    cell = min(0.13, 8.2 / mosaic.size(1))  # inches per map cell: at most about 760 pixels wide
-    fig = Figure(figsize=(mosaic.size(1) * cell + 1.3, mosaic.size(0) * cell + 1.6))
-    ax = fig.add_axes((1.1 / fig.get_figwidth(), 1.0 / fig.get_figheight(),
+    cell = min(0.16, 6.8 / mosaic.size(1))  # inches per map cell: the figure fits a page, about 640 pixels
+    fig = Figure(figsize=(mosaic.size(1) * cell + 1.2, mosaic.size(0) * cell + 1.6))
+    ax = fig.add_axes((1.0 / fig.get_figwidth(), 1.0 / fig.get_figheight(),
                        mosaic.size(1) * cell / fig.get_figwidth(), mosaic.size(0) * cell / fig.get_figheight()))
     cmap = matplotlib.colormaps["Blues"].with_extremes(bad="white")
     ax.imshow(mosaic.numpy(), cmap=cmap, vmin=0, vmax=1, interpolation="nearest", aspect="equal")
     ax.set_yticks([layer * (n_rows + gap) + r for layer in range(n_layers) for r in range(n_rows)],
-                  rows * n_layers, fontsize=6)
+                  rows * n_layers, fontsize=7)
     ax.set_xticks([head * (n_cols + gap) + c for head in range(n_heads) for c in range(n_cols)],
-                  cols * n_heads, fontsize=6, rotation=90)
+                  cols * n_heads, fontsize=7, rotation=90)
     ax.tick_params(length=0, pad=1)
     for spine in ax.spines.values():
         spine.set_visible(False)
