@@ -1,0 +1,258 @@
+"""Chapter 10's widgets: shaping a next-token distribution, a beam search tree, and samples by temperature.
+
+Each widget takes the student's answer (``top_k_top_p_filter`` or ``beam_step``), draws with it
+when it works and with the reference otherwise (``student.resolve`` says which), and renders
+every frame in advance, so that it also responds on the static website.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+
+import ipywidgets as widgets
+import torch
+from matplotlib.figure import Figure
+
+from ..decoding import BeamTrace, beam_search, sample
+from ..decoding import beam_step as reference_beam_step
+from ..decoding import top_k_top_p_filter as reference_filter
+from .frames import Frame, FramePlayer, as_widget, control_index_trait, figure_png
+from .student import resolve
+
+_KEPT, _DROPPED, _BAR = "#2563eb", "#d1d5db", "#93c5fd"
+
+
+class FrameNest(widgets.VBox):
+    """Several controls above nested stacks of precomputed frames, one frame per combination.
+
+    The first control picks among the outermost stacks, the last one among the frames; every
+    level is linked with ``jslink``, so the nest responds on a static page as in a kernel.
+
+    Args:
+        controls: selection widgets or ``IntSlider``s over ``0 .. n-1``, outermost first.
+        shape: the number of positions of each control.
+        render: maps a tuple of positions (one per control) to a frame.
+        header: widgets shown above the controls.
+    """
+
+    def __init__(self, controls: Sequence[widgets.Widget], shape: Sequence[int],
+                 render: Callable[[tuple[int, ...]], Frame], *, header: Sequence[widgets.Widget] = ()) -> None:
+        if len(controls) != len(shape) or not controls:
+            raise ValueError("one size per control, and at least one control")
+        traits = [control_index_trait(c) for c in controls]
+        self.controls, self.links = list(controls), []
+
+        def build(level: int, prefix: tuple[int, ...]) -> widgets.Widget:
+            if level == len(controls):
+                return as_widget(render(prefix))
+            stack = widgets.Stack(children=[build(level + 1, (*prefix, i)) for i in range(shape[level])],
+                                  selected_index=getattr(controls[level], traits[level]))
+            self.links.append(widgets.jslink((controls[level], traits[level]), (stack, "selected_index")))
+            return stack
+
+        self.stack = build(0, ())
+        super().__init__(children=[*header, *controls, self.stack])
+
+
+# --------------------------------------------------------------------------- distribution shaping
+
+def _filter_probe(fn: Callable) -> torch.Tensor:
+    logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(7)) * 2
+    return torch.stack([fn(logits, top_k=5), fn(logits, top_p=0.7), fn(logits, top_k=8, top_p=0.9)]).isfinite()
+
+
+def _entropy(probs: torch.Tensor) -> float:
+    p = probs[probs > 0]
+    return float(-(p * p.log()).sum())
+
+
+def _shaping_frame(logits: torch.Tensor, labels: Sequence[str], kept_logits: torch.Tensor, show: int,
+                   note: str) -> str:
+    before = logits.softmax(-1)
+    after = kept_logits.softmax(-1)
+    order = before.argsort(descending=True)[:show]
+    width = 200 / max(float(before.max()), float(after.max()))
+    rows = []
+    for i in order.tolist():
+        kept = bool(torch.isfinite(kept_logits[i]))
+        colour = _KEPT if kept else _DROPPED
+        rows.append(
+            f"<tr><td style='text-align:right;padding-right:6px;font-family:monospace'>{html.escape(labels[i])}</td>"
+            f"<td style='width:210px'><div style='background:{_BAR};height:9px;width:{float(before[i]) * width:.1f}px'>"
+            f"</div><div style='background:{colour};height:9px;width:{float(after[i]) * width:.1f}px'></div></td>"
+            f"<td style='padding-left:6px'>{float(before[i]):.3f} &rarr; "
+            f"{'<b>' + format(float(after[i]), '.3f') + '</b>' if kept else 'removed'}</td></tr>")
+    n_kept = int(torch.isfinite(kept_logits).sum())
+    return (
+        "<div style='font-family:sans-serif;font-size:12px;line-height:1.2'>"
+        f"<p style='margin:4px 0'>{note}: <b>{n_kept}</b> of {logits.numel()} tokens survive; entropy "
+        f"{_entropy(before):.2f} &rarr; {_entropy(after):.2f} nats. Light bars: softmax(z / T); dark bars: "
+        "renormalised over the survivors.</p>"
+        f"<table style='border-collapse:collapse'>{''.join(rows)}</table></div>"
+    )
+
+
+def shaping_explorer(
+    logits: torch.Tensor,
+    labels: Sequence[str],
+    top_k_top_p_filter: Callable | None = None,
+    temperatures: Sequence[float] = (0.5, 1.0, 1.5, 2.0),
+    ks: Sequence[int | None] = (None, 10, 5, 2),
+    ps: Sequence[float] = (1.0, 0.95, 0.8, 0.5),
+    show: int = 14,
+) -> FrameNest:
+    """Temperature, top-k and top-p sliders over one real next-token distribution.
+
+    Args:
+        logits: ``(vocab,)`` next-token scores (log-probabilities work too).
+        labels: a string per vocabulary id.
+        top_k_top_p_filter: the student's filter; ``None`` draws with the reference.
+        temperatures, ks, ps: the settings the sliders offer (``None`` / 1.0: that filter is off).
+        show: how many of the most likely tokens to draw.
+    """
+    used = resolve(top_k_top_p_filter, reference_filter, _filter_probe, "top_k_top_p_filter")
+    logits = logits.detach().float()
+    t_slider = widgets.SelectionSlider(options=[f"{t:g}" for t in temperatures], index=list(temperatures).index(1.0)
+                                       if 1.0 in temperatures else 0, description="temperature T")
+    k_slider = widgets.SelectionSlider(options=["off" if k is None else str(k) for k in ks], index=0,
+                                       description="top-k")
+    p_slider = widgets.SelectionSlider(options=["off (1)" if p >= 1 else f"{p:g}" for p in ps], index=0,
+                                       description="top-p")
+
+    def render(at: tuple[int, ...]) -> str:
+        t, k, p = temperatures[at[0]], ks[at[1]], ps[at[2]]
+        scaled = logits / t
+        kept = used.fn(scaled.unsqueeze(0), top_k=k, top_p=p)[0]
+        note = f"T = {t:g}, top-k {'off' if k is None else k}, top-p {'off' if p >= 1 else format(p, 'g')}"
+        return _shaping_frame(scaled, labels, kept, show, note)
+
+    return FrameNest([t_slider, k_slider, p_slider], (len(temperatures), len(ks), len(ps)), render,
+                     header=[used.banner()])
+
+
+# --------------------------------------------------------------------------- the beam tree
+
+def _beam_probe(fn: Callable) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    log_probs = torch.randn(2, 3, 7, generator=g, dtype=torch.float64).log_softmax(-1)
+    return tuple(fn(scores, log_probs, 3))
+
+
+def _tree_figure(trace: list[BeamTrace], labels: Callable[[int], str], width: int,
+                 best: list[tuple[str, float, float]], pruned_shown: int) -> Figure:
+    """Open beams as blue dots linked to their parents, finished hypotheses as red squares, the
+    best pruned candidates as grey crosses; the n-best list below."""
+    steps = len(trace)
+    rows = width + pruned_shown
+    text_height = 0.35 + 0.2 * len(best)  # inches for the n-best list under the tree
+    height = 0.9 + 0.5 * rows + text_height
+    fig = Figure(figsize=(min(2.0 + 1.3 * steps, 15), height))
+    ax = fig.subplots()
+    ax.axis("off")
+    y_of = {0: 0.0}  # open slot of the previous step -> its height
+    ax.plot([0], [0], "o", color="#111827", ms=5)
+    ax.text(0, 0.18, "<s>", ha="center", fontsize=8)
+    for s, step in enumerate(trace, start=1):
+        heights, slot = {}, 0
+        for rank in range(min(rows, step.cand_scores.size(1))):
+            score = float(step.cand_scores[0, rank])
+            if score == float("-inf"):
+                break
+            parent, token = int(step.cand_parents[0, rank]), int(step.cand_tokens[0, rank])
+            y, py = -rank * 0.55, y_of.get(parent, 0.0)
+            text = f"{labels(token)}  {score:.2f}"
+            if bool(step.kept[0, rank]):
+                heights[slot] = y
+                slot += 1
+                ax.plot([s - 1, s], [py, y], "-", color=_KEPT, lw=1.2)
+                ax.plot([s], [y], "o", color=_KEPT, ms=5)
+                ax.text(s + 0.06, y + 0.12, text, fontsize=8, color=_KEPT)
+            elif bool(step.ended[0, rank]):
+                ax.plot([s - 1, s], [py, y], "-", color="#b91c1c", lw=1.2)
+                ax.plot([s], [y], "s", color="#b91c1c", ms=5)
+                ax.text(s + 0.06, y + 0.12, text + " (end)", fontsize=8, color="#b91c1c")
+            else:
+                ax.plot([s - 1, s], [py, y], "-", color="#e5e7eb", lw=0.8)
+                ax.plot([s], [y], "x", color="#9ca3af", ms=4)
+                ax.text(s + 0.06, y + 0.12, text, fontsize=7, color="#9ca3af")
+        y_of = heights
+    lines = [f"{i + 1}. {text}   (log p = {lp:.2f}, score = {sc:.2f})" for i, (text, lp, sc) in enumerate(best)]
+    ax.set_title(f"beam width {width}: blue = open beams, red squares = finished hypotheses (they leave the "
+                 "beam), grey x = pruned candidates; numbers are summed log-probabilities", fontsize=9, loc="left")
+    fig.text(0.01, 0.1 / height, "\n".join(lines), fontsize=9, va="bottom", family="monospace")
+    ax.set_xlim(-0.3, steps + 1.4)
+    ax.set_ylim(-0.55 * rows, 0.5)
+    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.35 / height, bottom=text_height / height)
+    return fig
+
+
+def beam_tree(
+    model: torch.nn.Module,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    start_symbol: int,
+    end_symbol: int,
+    decode: Callable[[list[int]], str],
+    piece: Callable[[int], str],
+    beam_step: Callable | None = None,
+    widths: Sequence[int] = (1, 2, 3, 4, 5),
+    max_len: int = 14,
+    alpha: float = 0.6,
+    pruned_shown: int = 2,
+) -> FramePlayer:
+    """A width slider over the beam search of one sentence: kept and pruned hypotheses, the final n-best.
+
+    Args:
+        model, src, src_mask: one sentence ``(1, src_len)`` and its mask.
+        decode: ids (after the start symbol) -> text, for the n-best list.
+        piece: one id -> its subword, for the tree's labels.
+        beam_step: the student's ``beam_step``; ``None`` searches with the reference.
+    """
+    used = resolve(beam_step, reference_beam_step, _beam_probe, "beam_step")
+    slider = widgets.SelectionSlider(options=[str(w) for w in widths], index=0, description="beam width")
+
+    def render(i: int) -> bytes:
+        width = widths[i]
+        trace: list[BeamTrace] = []
+        hyps = beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=width, alpha=alpha,
+                           n_best=min(3, width), trace=trace, step_fn=used.fn)[0]
+        best = [(decode(h.tokens[1:]), h.log_prob, h.score) for h in hyps]
+        return figure_png(_tree_figure(trace, piece, width, best, pruned_shown), dpi=64)
+
+    caption = widgets.HTML(f"<i>Length penalty &alpha; = {alpha:g}; the numbers are summed log-probabilities.</i>")
+    return FramePlayer(slider, render, len(widths), header=[used.banner(), caption])
+
+
+# --------------------------------------------------------------------------- samples by temperature
+
+def distinct_ngrams(sentences: Sequence[Sequence[str]], n: int) -> float:
+    """Distinct n-grams across ``sentences`` (lists of words) divided by all their n-grams (0 if none)."""
+    grams = [tuple(words[i: i + n]) for words in sentences for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def sampling_explorer(samples: dict[float, list[str]], greedy: str, reference: str) -> FramePlayer:
+    """A temperature slider over precomputed samples of one translation, with their distinct bigrams.
+
+    Args:
+        samples: temperature -> sampled translations of the same source.
+        greedy, reference: the greedy translation and the human one, shown for comparison.
+    """
+    temps = sorted(samples)
+    slider = widgets.SelectionSlider(options=[f"{t:g}" for t in temps], index=temps.index(1.0) if 1.0 in temps else 0,
+                                     description="temperature T")
+
+    def render(i: int) -> str:
+        outs = samples[temps[i]]
+        d2 = distinct_ngrams([o.split() for o in outs], 2)
+        items = "".join(f"<li>{html.escape(o)}</li>" for o in outs)
+        return ("<div style='font-family:sans-serif;font-size:13px;line-height:1.35'>"
+                f"<p style='margin:4px 0'>reference: <i>{html.escape(reference)}</i><br>greedy: "
+                f"<i>{html.escape(greedy)}</i></p><ol style='margin:4px 0'>{items}</ol>"
+                f"<p style='margin:4px 0'>distinct bigrams across these {len(outs)} samples: <b>{d2:.2f}</b> "
+                "(1 = no bigram repeats)</p></div>")
+
+    banner = resolve(None, sample, lambda fn: None, "sample").banner()  # drawn with the reference sampler
+    return FramePlayer(slider, render, len(temps), header=[banner])
