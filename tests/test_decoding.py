@@ -93,7 +93,7 @@ def test_beam_search_equals_exhaustive_search(alpha, seed):
                 score = sequence_log_prob(model, src, src_mask, tokens)
             candidates.append((score / ((5 + n) / 6) ** alpha, tokens))
     candidates.sort(reverse=True)
-    assert len(candidates) == 1 + 4 + 16 + 4 ** 3 * 5  # 341 possible outputs: a beam of 512 holds them all
+    assert len(candidates) == 1 + 4 + 16 + 4 ** 3 * 5  # 341 possible outputs, all within a beam of 512
     hyps = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=512, alpha=alpha, n_best=3)[0]
     assert [h.tokens for h in hyps] == [c[1] for c in candidates[:3]]
     torch.testing.assert_close(torch.tensor([h.score for h in hyps]),
@@ -123,11 +123,15 @@ def test_beam_trace_records_every_step():
     hyps = beam_search(model, src, src_mask, 9, BOS, EOS, beam_size=3, n_best=3, trace=trace)
     assert 1 <= len(trace) <= 8
     for step in trace:
-        again = beam_step(step.scores, step.log_probs, 3)
-        assert all(torch.equal(a, b) for a, b in zip(again, (step.new_scores, step.parents, step.tokens)))
-    last = trace[-1]
-    for b in range(2):
-        assert sorted(h.log_prob for h in hyps[b]) == pytest.approx(sorted(last.new_scores[b].tolist()))
+        again = beam_step(step.scores, step.log_probs, 6)  # the best 2k candidates
+        assert all(torch.equal(a, b) for a, b in zip(again, (step.cand_scores, step.cand_parents, step.cand_tokens)))
+        assert (step.kept.sum(-1) <= 3).all() and not (step.kept & step.ended).any()
+        assert (step.cand_tokens[step.ended] == EOS).all() and (step.cand_tokens[step.kept] != EOS).all()
+        assert not step.ended[:, 3:].any()  # an end symbol finishes a hypothesis only among the first k
+    # every returned hypothesis was a finished candidate, or an open one cut at max_len
+    seen = {round(float(x), 9) for step in trace for x in step.cand_scores[step.ended]}
+    seen |= {round(float(x), 9) for x in trace[-1].cand_scores[trace[-1].kept]}
+    assert all(round(h.log_prob, 9) in seen for sentence in hyps for h in sentence)
 
 
 def test_beam_search_batched_equals_one_sentence_at_a_time():

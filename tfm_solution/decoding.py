@@ -225,19 +225,22 @@ def beam_step(
 
 @dataclass
 class BeamTrace:
-    """What one step of ``beam_search`` saw and kept (for drawing the beam tree).
+    """What one step of ``beam_search`` saw and decided (for drawing the beam tree).
 
-    ``scores`` ``(batch, k)`` before the step, ``log_probs`` ``(batch, k, vocab)`` as ranked (a
-    finished beam can only append its end symbol again, at no cost), then ``beam_step``'s
-    ``new_scores``, ``parents``, ``tokens`` and which new beams have ``finished``.
+    ``scores`` ``(batch, k)``: the open beams before the step; ``log_probs`` ``(batch, k, vocab)``
+    their next-token log-probabilities; ``cand_scores``, ``cand_parents``, ``cand_tokens``
+    ``(batch, 2k)``: ``beam_step``'s best ``2k`` candidates, best first; ``ended``: the candidates
+    that finished a hypothesis (the end symbol, ranked among the first ``k``); ``kept``: those
+    that continue as the next step's open beams.
     """
 
     scores: torch.Tensor
     log_probs: torch.Tensor
-    new_scores: torch.Tensor
-    parents: torch.Tensor
-    tokens: torch.Tensor
-    finished: torch.Tensor
+    cand_scores: torch.Tensor
+    cand_parents: torch.Tensor
+    cand_tokens: torch.Tensor
+    ended: torch.Tensor
+    kept: torch.Tensor
 
 
 @torch.no_grad()
@@ -255,24 +258,26 @@ def beam_search(
     trace: list[BeamTrace] | None = None,
     step_fn: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, ...]] = beam_step,
 ) -> list[list[Hypothesis]]:
-    """Keep the ``beam_size`` most likely prefixes per sentence; return each sentence's ``n_best``
-    hypotheses, best first.
+    """Keep the ``beam_size`` most likely open prefixes per sentence; return each sentence's
+    ``n_best`` finished hypotheses, best first.
 
-    As the notes describe it: every step extends each of the ``k`` beams by every token and
-    keeps the ``k`` best by summed log-probability (``beam_step``). A beam that has produced the
-    end symbol stays in the beam with its score frozen, so finished and open hypotheses compete
-    for the same ``k`` places; the search ends when all ``k`` have finished or ids reach
-    ``max_len``. Only then are the ``k`` survivors ranked by ``log_prob / length_penalty(n,
-    alpha)``, ``n`` being the number of ids after the start symbol. Hence beam size 1 is greedy
-    search for every ``alpha``, and a beam as wide as the number of possible outputs returns the
-    exhaustive optimum. Pass a list as ``trace`` to receive one ``BeamTrace`` per step;
-    ``step_fn`` replaces ``beam_step`` (to search with another implementation of it).
+    Every step extends each of the ``k`` open beams by every token and ranks the candidates by
+    summed log-probability (``beam_step``, asked for the best ``2k``). An end symbol among the
+    first ``k`` finishes a hypothesis, which leaves the beam with the score
+    ``log_prob / length_penalty(n, alpha)`` (``n`` ids after the start symbol); the best ``k``
+    other candidates stay open. At ``max_len`` ids the open prefixes finish as they are. A
+    sentence is done once ``k`` hypotheses have finished, or once its ``n_best``-th finished
+    score beats any score an open beam could still reach (log-probabilities only fall; the
+    penalty grows at most to that of ``max_len``). So beam size 1 is greedy search for every
+    ``alpha``, and a beam as wide as the number of possible outputs returns the exhaustive
+    optimum. Pass a list as ``trace`` to receive one ``BeamTrace`` per step; ``step_fn`` replaces
+    ``beam_step`` (to search with another implementation of it).
     """
     _check(max_len, src, src_mask)
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size, got {beam_size}, {n_best}")
     if alpha < 0:
-        raise ValueError(f"alpha must be >= 0 (a negative penalty rewards short outputs), got {alpha}")
+        raise ValueError(f"alpha must be >= 0 (the early stop relies on it), got {alpha}")
     batch, k, device = src.size(0), beam_size, src.device
     dec = IncrementalDecoder(model, src, src_mask, use_cache)
     dec.reorder(torch.arange(batch, device=device).repeat_interleave(k))
@@ -280,33 +285,47 @@ def beam_search(
     # float64 sums: in float32 adding a long prefix's score can merge two close candidates.
     scores = torch.full((batch, k), -math.inf, dtype=torch.float64, device=device)
     scores[:, 0] = 0.0  # the k beams start identical: expand only the first
-    finished = torch.zeros(batch, k, dtype=torch.bool, device=device)
-    for _ in range(max_len - 1):
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    open_ = [True] * batch
+    best_reachable = length_penalty(max_len - 1, alpha)
+    for step in range(1, max_len):
         log_probs = dec.step(ys).double().view(batch, k, -1)
-        # A finished beam's only continuation is its end symbol again, at log-probability 0.
-        frozen = torch.full_like(log_probs[0, 0], -math.inf)
-        frozen[end_symbol] = 0.0
-        log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
-        new_scores, parents, tokens = step_fn(scores, log_probs, k)
-        rows = (parents + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
-        finished = finished.gather(1, parents) | (tokens == end_symbol)
+        cand_scores, cand_parents, cand_tokens = step_fn(scores, log_probs, min(2 * k, log_probs[0].numel()))
+        new_scores = torch.full((batch, k), -math.inf, dtype=torch.float64, device=device)
+        parents = torch.zeros(batch, k, dtype=torch.long, device=device)
+        tokens = torch.full((batch, k), end_symbol, dtype=torch.long, device=device)
+        ended, kept = torch.zeros_like(cand_tokens, dtype=torch.bool), torch.zeros_like(cand_tokens, dtype=torch.bool)
+        for b in range(batch):
+            alive = 0
+            for rank, (s, j, v) in enumerate(zip(cand_scores[b].tolist(), cand_parents[b].tolist(),
+                                                 cand_tokens[b].tolist())):
+                if not open_[b] or alive == k or s == -math.inf:
+                    break
+                if v == end_symbol:
+                    if rank < k:
+                        finished[b].append(Hypothesis(ys[b * k + j].tolist() + [v], s, s / length_penalty(step, alpha)))
+                        ended[b, rank] = True
+                    continue
+                new_scores[b, alive], parents[b, alive], tokens[b, alive] = s, j, v
+                kept[b, rank] = True
+                alive += 1
+            if step == max_len - 1:  # open prefixes at the length limit finish as they are
+                for j in range(alive):
+                    s = float(new_scores[b, j])
+                    seq = ys[b * k + int(parents[b, j])].tolist() + [int(tokens[b, j])]
+                    finished[b].append(Hypothesis(seq, s, s / length_penalty(step, alpha)))
+            ranked = sorted((h.score for h in finished[b]), reverse=True)
+            best_open = float(new_scores[b].max())
+            if (best_open == -math.inf or len(ranked) >= k
+                    or (len(ranked) >= n_best and ranked[n_best - 1] >= best_open / best_reachable)):
+                open_[b] = False
+                new_scores[b] = -math.inf
         if trace is not None:
-            trace.append(BeamTrace(scores, log_probs, new_scores, parents, tokens, finished))
-        scores = new_scores
+            trace.append(BeamTrace(scores, log_probs, cand_scores, cand_parents, cand_tokens, ended, kept))
+        if not any(open_):
+            break
+        rows = (parents + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
         dec.reorder(rows)
         ys = torch.cat([ys.index_select(0, rows), tokens.view(-1, 1)], dim=1)
-        if bool((finished | scores.isneginf()).all()):
-            break
-    results = []
-    for b in range(batch):
-        hyps = []
-        for j in range(k):
-            if scores[b, j] == -math.inf:
-                continue  # an empty slot: fewer possible outputs than beams
-            seq = ys[b * k + j].tolist()
-            if end_symbol in seq[1:]:
-                seq = seq[: seq.index(end_symbol, 1) + 1]
-            log_prob = float(scores[b, j])
-            hyps.append(Hypothesis(seq, log_prob, log_prob / length_penalty(len(seq) - 1, alpha)))
-        results.append(sorted(hyps, key=lambda h: h.score, reverse=True)[:n_best])
-    return results
+        scores = new_scores
+    return [sorted(f, key=lambda h: h.score, reverse=True)[:n_best] for f in finished]
