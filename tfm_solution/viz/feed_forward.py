@@ -117,21 +117,21 @@ def _units_frame(entry: LayerInput, hidden: torch.Tensor, n_units: int) -> bytes
     shown = hidden[:, units].T  # (units, tokens)
     active = (hidden > 0).float().mean(dim=1)
     n = len(entry.tokens)
-    fig = Figure(figsize=(min(8.5, 2.2 + 0.36 * n), 5.2))
+    fig = Figure(figsize=(min(8.5, max(6.0, 2.2 + 0.36 * n)), 5.2))
     bars, heat = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 3.6]}, sharex=True)
     bars.bar(range(n), active.tolist(), color="#2563eb")
     bars.set_ylim(0, 1)
     bars.set_ylabel("active\nunits", fontsize=7)
-    bars.set_title(f"{entry.layer}: share of the {hidden.size(1)} hidden units above 0 at each token "
-                   f"(mean {active.mean().item():.0%})", fontsize=8)
+    bars.set_title(f"{entry.layer}: share of the {hidden.size(1)} hidden units above 0, per token "
+                   f"(mean {active.mean().item():.0%})", fontsize=8, loc="left")
     bars.tick_params(labelsize=6)
     vmax = max(float(shown.max()), 1e-6)
     image = heat.imshow(shown.numpy(), aspect="auto", cmap="Reds", vmin=min(0.0, float(shown.min())), vmax=vmax,
                         interpolation="nearest")
     heat.set_yticks(range(len(units)), [f"unit {u}" for u in units.tolist()], fontsize=5.5)
     heat.set_xticks(range(n), entry.tokens, fontsize=6.5, rotation=90)
-    heat.set_title(f"the {len(units)} units that fire hardest on this sentence, ordered by where they peak",
-                   fontsize=8)
+    heat.set_title(f"the {len(units)} units that fire hardest here, ordered by where they peak",
+                   fontsize=8, loc="left")
     fig.colorbar(image, ax=heat, fraction=0.04, pad=0.01).ax.tick_params(labelsize=6)
     fig.tight_layout()
     return figure_png(fig, dpi=80)
