@@ -1,4 +1,5 @@
-"""Cached vs uncached greedy decoding of the base model (random weights), side by side.
+"""Cached vs uncached greedy decoding of the base model (random weights), side by side, and the
+fast engine (tfm_solution.fast.InferenceEngine: cached, fused weights, preallocated cache).
 
 Usage: python benchmarks/kv_cache_speedup.py [--quick]
 """
@@ -8,6 +9,7 @@ import argparse
 import torch
 
 from tfm_solution.bench import greedy_runner, machine_facts, median_times, random_model
+from tfm_solution.fast import InferenceEngine
 
 
 def main() -> None:
@@ -22,17 +24,24 @@ def main() -> None:
     config, vocab = ("tiny", 100) if args.quick else ("base", 8000)
     settings = [(1, 8), (2, 16)] if args.quick else [tuple(map(int, s.split("x"))) for s in args.settings.split(",")]
     model = random_model(config, vocab)
+    engine = InferenceEngine(model)
     print(machine_facts())
     print(f"config {config}, vocab {vocab}, source length 32, greedy, no end symbol\n")
-    print("| batch | new tokens | uncached (s) | cached (s) | speedup | identical tokens |")
-    print("|---:|---:|---:|---:|---:|:---:|")
+    print("| batch | new tokens | uncached (s) | cached (s) | fast engine (s) | uncached / cached | "
+          "uncached / fast | identical tokens |")
+    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
     for batch, n in settings:
         cached = greedy_runner(model, batch, 32, n, True)
         uncached = greedy_runner(model, batch, 32, n, False)
-        same = torch.equal(cached(), uncached())  # also the warm-up round
-        t = median_times({"uncached": uncached, "cached": cached}, repeat=args.repeat, warmup=0)
-        print(f"| {batch} | {n} | {t['uncached']:.2f} | {t['cached']:.2f} | "
-              f"{t['uncached'] / t['cached']:.1f}x | {'yes' if same else 'NO'} |", flush=True)
+        src = torch.randint(4, vocab, (batch, 32), generator=torch.Generator().manual_seed(0))  # greedy_runner's
+        fast = (lambda src: lambda: engine.greedy_decode(src, torch.ones(batch, 1, 32, dtype=torch.bool), n + 1, 1,
+                                                         None, 0))(src)
+        reference = uncached()  # also the warm-up round
+        same = torch.equal(cached(), reference) and torch.equal(fast(), reference)
+        t = median_times({"uncached": uncached, "cached": cached, "fast": fast}, repeat=args.repeat, warmup=0)
+        print(f"| {batch} | {n} | {t['uncached']:.2f} | {t['cached']:.2f} | {t['fast']:.2f} | "
+              f"{t['uncached'] / t['cached']:.1f}x | {t['uncached'] / t['fast']:.1f}x | {'yes' if same else 'NO'} |",
+              flush=True)
 
 
 if __name__ == "__main__":
