@@ -101,7 +101,7 @@ def test_every_widget_view_has_saved_state(kind):
     for chapter, notebook in NOTEBOOKS:
         nb = _read(kind, chapter, notebook)
         views = [o for c in nb.cells for o in c.get("outputs", []) if mc.WIDGET_VIEW in o.get("data", {})]
-        assert len(views) >= 3, "chapter 3 shows three widgets"
+        assert len(views) >= 2, f"{chapter} shows at least two widgets"
         assert mc.missing_widget_state(nb) == []
 
 
