@@ -98,7 +98,8 @@ def main() -> None:
     for row in rows:
         hyps = [tok.decode_tgt(ids) for ids in row["ids"]]
         bleu = sacrebleu.corpus_bleu(hyps, [refs])
-        entry = {"name": row["name"], "bleu": round(bleu.score, 2), "time_ratio": round(row["seconds"] / greedy_time, 3),
+        entry = {"name": row["name"], "bleu": round(bleu.score, 2),
+                 "time_ratio": round(row["seconds"] / greedy_time, 3),
                  "length_ratio": round(bleu.sys_len / bleu.ref_len, 4)}
         runs = row.get("samples") or [row["ids"][:DIVERSITY_SENTENCES]] * SAMPLES
         if row["name"] in ("greedy", "beam 4") or "samples" in row:

@@ -113,12 +113,13 @@ def shaping_explorer(
     """
     used = resolve(top_k_top_p_filter, reference_filter, _filter_probe, "top_k_top_p_filter")
     logits = logits.detach().float()
+    wide = {"description_width": "100px"}
     t_slider = widgets.SelectionSlider(options=[f"{t:g}" for t in temperatures], index=list(temperatures).index(1.0)
-                                       if 1.0 in temperatures else 0, description="temperature T")
+                                       if 1.0 in temperatures else 0, description="temperature T", style=wide)
     k_slider = widgets.SelectionSlider(options=["off" if k is None else str(k) for k in ks], index=0,
-                                       description="top-k")
+                                       description="top-k", style=wide)
     p_slider = widgets.SelectionSlider(options=["off (1)" if p >= 1 else f"{p:g}" for p in ps], index=0,
-                                       description="top-p")
+                                       description="top-p", style=wide)
 
     def render(at: tuple[int, ...]) -> str:
         t, k, p = temperatures[at[0]], ks[at[1]], ps[at[2]]
@@ -142,49 +143,48 @@ def _beam_probe(fn: Callable) -> tuple[torch.Tensor, ...]:
 
 def _tree_figure(trace: list[BeamTrace], labels: Callable[[int], str], width: int,
                  best: list[tuple[str, float, float]], pruned_shown: int) -> Figure:
-    """Open beams as blue dots linked to their parents, finished hypotheses as red squares, the
-    best pruned candidates as grey crosses; the n-best list below."""
+    """The search from top to bottom, one row per step, candidates by rank from left to right: open
+    beams as blue dots linked to their parents, finished hypotheses as red squares, the best pruned
+    candidates as grey crosses; the n-best list below. 10 inches wide, so a page shows it at its size."""
     steps = len(trace)
-    rows = width + pruned_shown
-    text_height = 0.35 + 0.2 * len(best)  # inches for the n-best list under the tree
-    height = 0.9 + 0.5 * rows + text_height
-    fig = Figure(figsize=(min(2.0 + 1.3 * steps, 15), height))
+    columns = width + pruned_shown
+    text_height = 0.3 + 0.2 * len(best)  # inches for the n-best list under the tree
+    height = 1.0 + 0.5 * steps + text_height
+    fig = Figure(figsize=(10, height))
     ax = fig.subplots()
     ax.axis("off")
-    y_of = {0: 0.0}  # open slot of the previous step -> its height
+    x_of = {0: 0.0}  # open slot of the previous step -> its column
     ax.plot([0], [0], "o", color="#111827", ms=5)
-    ax.text(0, 0.18, "<s>", ha="center", fontsize=8)
+    ax.text(0.08, 0, "<s>", fontsize=8, va="center")
     for s, step in enumerate(trace, start=1):
-        heights, slot = {}, 0
-        for rank in range(min(rows, step.cand_scores.size(1))):
+        columns_now, slot = {}, 0
+        for rank in range(min(columns, step.cand_scores.size(1))):
             score = float(step.cand_scores[0, rank])
             if score == float("-inf"):
                 break
             parent, token = int(step.cand_parents[0, rank]), int(step.cand_tokens[0, rank])
-            y, py = -rank * 0.55, y_of.get(parent, 0.0)
-            text = f"{labels(token)}  {score:.2f}"
+            x, px = float(rank), x_of.get(parent, 0.0)
             if bool(step.kept[0, rank]):
-                heights[slot] = y
+                columns_now[slot] = x
                 slot += 1
-                ax.plot([s - 1, s], [py, y], "-", color=_KEPT, lw=1.2)
-                ax.plot([s], [y], "o", color=_KEPT, ms=5)
-                ax.text(s + 0.06, y + 0.12, text, fontsize=8, color=_KEPT)
+                colour, marker, edge = _KEPT, "o", _KEPT
             elif bool(step.ended[0, rank]):
-                ax.plot([s - 1, s], [py, y], "-", color="#b91c1c", lw=1.2)
-                ax.plot([s], [y], "s", color="#b91c1c", ms=5)
-                ax.text(s + 0.06, y + 0.12, text + " (end)", fontsize=8, color="#b91c1c")
+                colour, marker, edge = "#b91c1c", "s", "#b91c1c"
             else:
-                ax.plot([s - 1, s], [py, y], "-", color="#e5e7eb", lw=0.8)
-                ax.plot([s], [y], "x", color="#9ca3af", ms=4)
-                ax.text(s + 0.06, y + 0.12, text, fontsize=7, color="#9ca3af")
-        y_of = heights
+                colour, marker, edge = "#9ca3af", "x", "#e5e7eb"
+            ax.plot([px, x], [-(s - 1), -s], "-", color=edge, lw=1.1 if marker != "x" else 0.6)
+            ax.plot([x], [-s], marker, color=colour, ms=5 if marker != "x" else 4)
+            ax.text(x + 0.07, -s, f"{labels(token)} {score:.2f}", fontsize=8 if marker != "x" else 7,
+                    color=colour, va="center")
+        x_of = columns_now
     lines = [f"{i + 1}. {text}   (log p = {lp:.2f}, score = {sc:.2f})" for i, (text, lp, sc) in enumerate(best)]
-    ax.set_title(f"beam width {width}: blue = open beams, red squares = finished hypotheses (they leave the "
-                 "beam), grey x = pruned candidates; numbers are summed log-probabilities", fontsize=9, loc="left")
-    fig.text(0.01, 0.1 / height, "\n".join(lines), fontsize=9, va="bottom", family="monospace")
-    ax.set_xlim(-0.3, steps + 1.4)
-    ax.set_ylim(-0.55 * rows, 0.5)
-    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.35 / height, bottom=text_height / height)
+    ax.set_title(f"beam width {width}, one row per step, best candidate on the left: blue = open beams,\n"
+                 "red squares = finished hypotheses (they leave the beam), grey x = pruned candidates; "
+                 "numbers: summed log-probabilities", fontsize=8, loc="left")
+    fig.text(0.01, 0.08 / height, "\n".join(lines), fontsize=8, va="bottom", family="monospace")
+    ax.set_xlim(-0.2, columns - 0.1)
+    ax.set_ylim(-steps - 0.4, 0.4)
+    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.5 / height, bottom=text_height / height)
     return fig
 
 
@@ -242,7 +242,7 @@ def sampling_explorer(samples: dict[float, list[str]], greedy: str, reference: s
     """
     temps = sorted(samples)
     slider = widgets.SelectionSlider(options=[f"{t:g}" for t in temps], index=temps.index(1.0) if 1.0 in temps else 0,
-                                     description="temperature T")
+                                     description="temperature T", style={"description_width": "100px"})
 
     def render(i: int) -> str:
         outs = samples[temps[i]]

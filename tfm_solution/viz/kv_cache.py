@@ -21,7 +21,7 @@ from .decoding import FrameNest
 from .frames import FramePlayer, figure_png
 from .student import resolve
 
-_REUSED, _NEW, _RECOMPUTED, _STATIC = "#bbf7d0", "#2563eb", "#fecaca", "#ddd6fe"
+_REUSED, _NEW, _RECOMPUTED, _STATIC = "#bbf7d0", "#93c5fd", "#fecaca", "#ddd6fe"
 _CELL = "width:34px;height:20px;text-align:center;border:1px solid #fff;font-size:10px;overflow:hidden"
 
 
@@ -52,8 +52,8 @@ def _growth_frame(t: int, tokens: Sequence[str], src_tokens: Sequence[str], laye
     rows = []
     for layer in range(layers):
         cached = _strip([(tok, _REUSED) for tok in shown[:-1]] + [(shown[-1], _NEW)])
-        rows.append(f"<tr><th style='font-weight:normal;text-align:right;padding-right:6px'>layer {layer + 1} "
-                    f"self K, V</th>{cached}</tr>")
+        rows.append(f"<tr><th style='font-weight:normal;text-align:right;padding-right:6px;white-space:nowrap'>"
+                    f"layer {layer + 1} self K, V</th>{cached}</tr>")
     cross = _strip([(tok, _STATIC) for tok in src_tokens])
     recompute = _strip([(tok, _RECOMPUTED) for tok in shown])
     cached_bytes = count_bytes(1, layers, heads, head_dim, t, 4, len(src_tokens))
@@ -64,14 +64,15 @@ def _growth_frame(t: int, tokens: Sequence[str], src_tokens: Sequence[str], laye
         "<p style='margin:2px 0'><b>With the cache</b>: one new key and value per layer (blue), "
         f"the {t - 1} earlier ones reused (green).</p>"
         f"<table style='border-collapse:collapse'>{''.join(rows)}"
-        f"<tr><th style='font-weight:normal;text-align:right;padding-right:6px'>every layer, cross K, V</th>{cross}"
+        "<tr><th style='font-weight:normal;text-align:right;padding-right:6px;white-space:nowrap'>"
+        f"every layer, cross K, V</th>{cross}"
         "</tr></table>"
         f"<p style='margin:2px 0'>The cross-attention K, V (purple) were projected once from the encoder memory, "
         f"before step 1. Cache now: <b>{human_bytes(cached_bytes)}</b> in float32 (batch 1).</p>"
         f"<p style='margin:6px 0 2px 0'><b>Without the cache</b>, in each of the {layers} layers, this step "
         f"recomputes the keys and values of all {t} positions (red), and the cross K, V as well:</p>"
         f"<table style='border-collapse:collapse'><tr><th style='font-weight:normal;text-align:right;"
-        f"padding-right:6px'>each layer</th>{recompute}</tr></table>"
+        f"padding-right:6px;white-space:nowrap'>each layer</th>{recompute}</tr></table>"
         f"<p style='margin:4px 0'>Self-attention K/V rows projected so far, per layer: cached <b>{t}</b>, "
         f"uncached <b>{t * (t + 1) // 2}</b> (1 + 2 + &hellip; + {t}).</p></div>"
     )
@@ -108,6 +109,7 @@ def _timing_figure(entry: dict, view: str) -> Figure:
                 label="with cache")
         ax.set_ylabel("ms per generated token")
         ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0)
     else:
         fit = entry["fitted_exponent"]
         ax.loglog(lengths, [r["uncached_s"] for r in rows], "o-", color="#dc2626", base=2,
@@ -119,8 +121,10 @@ def _timing_figure(entry: dict, view: str) -> Figure:
         ax.annotate(f"{r['speedup']:.1f}x", (r["length"], r["uncached_s"] if view != "per token"
                                                else 1000 * r["uncached_s"] / r["length"]),
                     textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7, color="#7f1d1d")
-    ax.set_xlabel("generated tokens L")
-    ax.set_title(f"{entry['name']}: speed-up of the cache above the red points", fontsize=9)
+    ax.set_xticks(lengths, labels=[str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_xlabel("generated tokens L   (red labels: the speed-up of the cache)")
+    ax.set_title(entry["name"], fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -174,10 +178,11 @@ def _memory_frame(preset: Preset, attention: str, dtype: tuple[str, float], coun
     head = "".join(f"<th style='padding:2px 10px'>batch {b}</th>" for b in BATCHES)
     body = []
     for n in LENGTHS:
+        src_len = n if preset.encoder_decoder else 0
         cells = "".join(
             f"<td style='padding:2px 10px;text-align:right'>"
-            f"{human_bytes(count_bytes(b, preset.layers, kv_heads, preset.head_dim, n, dtype[1], n if preset.encoder_decoder else 0))}"
-            "</td>" for b in BATCHES)
+            f"{human_bytes(count_bytes(b, preset.layers, kv_heads, preset.head_dim, n, dtype[1], src_len))}</td>"
+            for b in BATCHES)
         body.append(f"<tr><th style='font-weight:normal;text-align:right;padding-right:8px'>{n:,} tokens</th>"
                     f"{cells}</tr>")
     cross = (" plus the cross-attention cache of a source as long as the output" if preset.encoder_decoder
