@@ -1,4 +1,4 @@
-"""Cached greedy per-token time at batch 1 vs the time to read, once, every weight a decoding step
+"""Cached greedy per-token time (batch 1 unless --batch) vs the time to read, once, every weight a decoding step
 uses (decoder layers without the cross-attention K/V projections, which run once per sentence,
 plus the generator), at the memory bandwidth this script measures.
 
@@ -10,7 +10,10 @@ transposed weights, nothing else): bound -> products -> step.
 Rows: the fast engine (tfm_solution.fast.InferenceEngine), the chapters' cached decoder, and the
 engine with bfloat16 weights (half the bytes; its tokens are compared with float32's).
 
-Usage: python benchmarks/weight_read_bound.py [--quick]
+At a larger batch (``--batch 8``) the same weights are read once per step for the whole batch, and
+the split says how much of a step the products take once they are matrix-matrix products.
+
+Usage: python benchmarks/weight_read_bound.py [--quick] [--batch B]
 """
 
 import argparse
@@ -32,11 +35,11 @@ def step_weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in used)
 
 
-def products_only(engine: InferenceEngine) -> Callable[[], None]:
-    """One step's matrix-vector products over the engine's weights, and nothing else."""
+def products_only(engine: InferenceEngine, batch: int) -> Callable[[], None]:
+    """One step's matrix products (``batch`` rows each) over the engine's weights, and nothing else."""
     w = engine.weights()
     linears = [lin for layer in w.layers for lin in layer[1:]] + [w.generator]
-    inputs = [torch.randn(1, lin.weight_t.size(0), dtype=lin.weight_t.dtype) for lin in linears]
+    inputs = [torch.randn(batch, lin.weight_t.size(0), dtype=lin.weight_t.dtype) for lin in linears]
     return lambda: [lin(x) for lin, x in zip(linears, inputs)]
 
 
@@ -56,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model: proves the script runs")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--batch", type=int, default=1, help="sentences decoded together (default 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config, vocab, n = ("tiny", 100, 8) if args.quick else ("base", 8000, 128)
@@ -63,16 +67,17 @@ def main() -> None:
     weights = step_weight_bytes(model)
     buffer = torch.ones(max(weights, 1 << 26) // 4)  # as large as the weights (64 MiB at least): beyond the caches
     scale = weights / (buffer.numel() * 4)
-    src = torch.randint(4, vocab, (1, 32), generator=torch.Generator().manual_seed(0))
-    src_mask = torch.ones(1, 1, 32, dtype=torch.bool)
+    batch = args.batch
+    src = torch.randint(4, vocab, (batch, 32), generator=torch.Generator().manual_seed(0))
+    src_mask = torch.ones(batch, 1, 32, dtype=torch.bool)
     fp32, bf16 = InferenceEngine(model), InferenceEngine(model, torch.bfloat16)
 
     def engine_run(engine: InferenceEngine):
-        state, tokens = engine.start(src, src_mask, n), [torch.ones(1, dtype=torch.long)]
+        state, tokens = engine.start(src, src_mask, n), [torch.ones(batch, dtype=torch.long)]
         return lambda: tokens.append(engine.step(state, tokens[-1]).argmax(-1)), tokens
 
     def chapters_run():
-        dec, ys = IncrementalDecoder(model, src, src_mask, use_cache=True), [torch.ones(1, 1, dtype=torch.long)]
+        dec, ys = IncrementalDecoder(model, src, src_mask, use_cache=True), [torch.ones(batch, 1, dtype=torch.long)]
         return lambda: ys.append(torch.cat([ys[-1], dec.step(ys[-1]).argmax(-1, keepdim=True)], dim=1)), ys
 
     rows = {}
@@ -82,16 +87,16 @@ def main() -> None:
                                         "chapters' cached decoder": (chapters_run, None),
                                         "fast engine, bfloat16 weights": (lambda: engine_run(bf16), bf16)}.items():
                 step, tokens = run()
-                products = products_only(engine) if engine is not None else lambda: None
+                products = products_only(engine, batch) if engine is not None else lambda: None
                 rows[name] = timed_steps(step, products, buffer, scale, n) + (tokens,)
     bf16_linears = [lin for layer in bf16.weights().layers for lin in layer[1:]] + [bf16.weights().generator]
     bf16_bytes = sum(t.numel() * t.element_size() for lin in bf16_linears for t in lin)
-    fp32_tokens = torch.cat(rows["fast engine, float32"][3][1:])
-    same_chapters = torch.equal(fp32_tokens, rows["chapters' cached decoder"][3][-1][0, 1:])
-    differ = (torch.cat(rows["fast engine, bfloat16 weights"][3][1:]) != fp32_tokens).nonzero()
+    fp32_tokens = torch.stack(rows["fast engine, float32"][3][1:], dim=1)
+    same_chapters = torch.equal(fp32_tokens, rows["chapters' cached decoder"][3][-1][:, 1:])
+    differ = (torch.stack(rows["fast engine, bfloat16 weights"][3][1:], dim=1) != fp32_tokens).any(0).nonzero()
     bf16_note = f"the first token that differs is number {int(differ[0]) + 1}" if len(differ) else "all equal"
     print(machine_facts())
-    print(f"config {config}, vocab {vocab}, batch 1, cached greedy, {n} steps, each timed after a read of "
+    print(f"config {config}, vocab {vocab}, batch {batch}, cached greedy, {n} steps, each timed after a read of "
           f"{weights / 1e6:.1f} MB (float32 weights per step)\n")
     print("| decoder | read bandwidth | weight-read bound | products only | step | **step / bound** | "
           "products / bound | step / products |")
