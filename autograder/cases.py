@@ -32,7 +32,7 @@ import torch
 
 from autograder.exercises.shared import Case, resolve
 from autograder.registry import REGISTRY, Exercise
-from autograder.worker import MAX_BUILDS
+from autograder.worker import MAX_BUILDS, build_module_arg
 
 TRAIN_DROPOUT = 0.3
 """Dropout of the training-mode cases: neither PyTorch's default 0.5 nor the notes' usual 0.1."""
@@ -41,7 +41,7 @@ TRAIN_DROPOUT = 0.3
 def graded_cases(exercise: Exercise, seed: int) -> list[Case]:
     """Every case the grader runs for ``exercise`` on ``seed``, in order."""
     cases = exercise.cases(seed)
-    if exercise.kind != "module":
+    if exercise.kind not in ("module", "factory"):
         return cases
     if not any(c.train for c in cases):
         cases += train_mode_cases(exercise, cases)
@@ -50,13 +50,26 @@ def graded_cases(exercise: Exercise, seed: int) -> list[Case]:
     return [*cases, structure_case(cases)]
 
 
+def reference_classes() -> dict:
+    """What a module description may name, on the harness's side: the reference package's public objects
+    (the worker builds the same names from the exercise's prerequisites)."""
+    import tfm_solution
+
+    return {name: getattr(tfm_solution, name) for name in tfm_solution.__all__}
+
+
+def built(value):
+    """``value`` with every module description in it built from the reference (``worker.build_module_arg``)."""
+    return build_module_arg(value, reference_classes())
+
+
 def parameter_names(exercise: Exercise, construct: tuple) -> tuple[str, ...]:
     """The reference module's parameters, built with ``construct``: the gradients a training-mode case compares."""
-    return tuple(name for name, _ in resolve(exercise.reference)(*construct).named_parameters())
+    return tuple(name for name, _ in resolve(exercise.reference)(*built(construct)).named_parameters())
 
 
 def _built(cases: list[Case]) -> list[Case]:
-    return [c for c in cases if c.construct is not None and not c.structure]
+    return [c for c in cases if c.construct is not None and not c.structure and c.measure is None]
 
 
 def _full_precision(case: Case) -> bool:

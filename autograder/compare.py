@@ -8,6 +8,7 @@ absolute and relative error, and the first index that differs. It never shows va
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -183,3 +184,50 @@ def _differences(got: dict, expected: dict) -> list[str]:
         elif key not in g_par and key not in g_buf:
             lines.append(f"your state_dict has an entry `{key}` that the reference's does not have")
     return lines
+
+
+def xavier_counts(matrices) -> tuple[int, int, int] | None:
+    """``(beyond the bound, spread not Xavier's, equal to another)``: how many of the matrices fail
+    each property of Xavier-uniform initialization; ``None`` unless given a tuple of tensors.
+
+    A matrix of fan-in ``n_in`` and fan-out ``n_out`` drawn from U(-a, a), ``a = sqrt(6 / (n_in +
+    n_out))``, lies within ``a`` and has standard deviation ``a / sqrt(3)``. The sample's standard
+    deviation over ``n`` entries varies by about ``0.45 / sqrt(n)`` relatively, so a deviation beyond
+    ``2.7 / sqrt(n)`` (six of those) is a different initialization, not bad luck. Two equal matrices
+    were initialized once and then copied.
+    """
+    if not isinstance(matrices, tuple) or not all(isinstance(m, torch.Tensor) and m.is_floating_point()
+                                                  and m.dim() > 1 and m.numel() for m in matrices):
+        return None
+    beyond = spread = equal = 0
+    for i, m in enumerate(matrices):
+        fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(m)
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        w = m.double()
+        beyond += bool(w.abs().max() > bound * (1 + 1e-5))
+        spread += bool(abs(w.std() * math.sqrt(3) / bound - 1) > max(0.05, 2.7 / math.sqrt(w.numel())))
+        equal += any(o.shape == m.shape and torch.equal(o, m) for o in matrices[:i] + matrices[i + 1:])
+    return beyond, spread, equal
+
+
+_XAVIER_LINES = (
+    "{} of {} matrices have entries beyond the Xavier-uniform bound sqrt(6 / (fan_in + fan_out)) "
+    "(is nn.init.xavier_uniform_ applied to every parameter with more than one dimension?)",
+    "{} of {} matrices do not have the spread of Xavier-uniform values, std = bound / sqrt(3) "
+    "(another initialization, or none: PyTorch's defaults differ)",
+    "{} of {} matrices are equal to another one: initialized once, then copied (initialize after "
+    "building the whole model)",
+)
+
+
+def compare_xavier(got, expected) -> Verdict:
+    """The initialization of the matrices a model was built with, judged by ``xavier_counts``
+    (``expected``, the reference's, fixes what the counts must be: none fails)."""
+    wanted = xavier_counts(expected)
+    found = xavier_counts(got)
+    if wanted is None:
+        raise ValueError("the reference's matrices are malformed")
+    if found is None:
+        return Verdict(False, [f"expected the model's matrices (a tuple of tensors), got {_describe(got)}"])
+    lines = [line.format(f, len(got)) for line, f, w in zip(_XAVIER_LINES, found, wanted, strict=True) if f != w]
+    return Verdict(not lines, lines)

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from autograder import worker as wire
-from autograder.cases import graded_cases
+from autograder.cases import built, graded_cases
 from autograder.checks import run_checks
-from autograder.compare import Verdict, compare, compare_structures, parse_structures
+from autograder.compare import Verdict, compare, compare_structures, compare_xavier, parse_structures
 from autograder.exercises.shared import Case, resolve
 from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_notebook, read_submission,
                                 shortcut_uses, without_docstrings)
@@ -63,7 +63,8 @@ def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]
         modules.setdefault(module_name, []).append(attr)
     if names:
         modules["tfm_solution"] = list(names)
-    return "\n".join([*imports, *bodies]), names, modules
+    # Annotations stay unevaluated, as in the reference's modules: they may name aliases that do not travel.
+    return "\n".join(["from __future__ import annotations", *imports, *bodies]), names, modules
 
 
 def default_seed(exercise: Exercise, extraction: Extraction) -> int:
@@ -74,33 +75,46 @@ def default_seed(exercise: Exercise, extraction: Extraction) -> int:
     return int(digest[:8], 16)
 
 
+def _pack(value, buffers: list[bytes]):
+    """A case's argument on the wire; a module description (a dict, JSON data) travels as it is."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, tuple):
+        return {"seq": [_pack(v, buffers) for v in value]}
+    return wire.pack_value(value, buffers, wire.MAX_FRAME_BYTES)
+
+
 def _pack_args(case: Case) -> tuple[list, dict, list[bytes]]:
     buffers: list[bytes] = []
-    cap = wire.MAX_FRAME_BYTES
-
-    def pack(value):
-        if isinstance(value, dict):
-            return value  # a module stand-in, sent as its description
-        return wire.pack_value(value, buffers, cap)
-
-    return [pack(a) for a in case.args], {k: pack(v) for k, v in case.kwargs.items()}, buffers
+    return [_pack(a, buffers) for a in case.args], {k: _pack(v, buffers) for k, v in case.kwargs.items()}, buffers
 
 
 def _local_args(case: Case) -> tuple[tuple, dict]:
     """Fresh copies of the case's inputs: code that updates its input in place changes no other call's."""
 
     def fresh(value):
-        return value.clone() if isinstance(value, torch.Tensor) else wire.build_module_arg(value)
+        return value.clone() if isinstance(value, torch.Tensor) else built(value)
 
     return tuple(fresh(a) for a in case.args), {k: fresh(v) for k, v in case.kwargs.items()}
 
 
 def _reference_state(reference, case: Case, seed: int) -> dict[str, torch.Tensor] | None:
-    """For a module case, the weights of a freshly seeded reference module (sent to the worker)."""
-    if case.construct is None or case.structure:
+    """For a module case, the weights of a freshly seeded reference module (sent to the worker).
+
+    With ``case.distinct``, every parameter gets seeded noise first: copies that start equal (clones
+    of one prototype, LayerNorm's ones and zeros) then differ, so an answer that shares one module
+    where the reference has copies computes something else.
+    """
+    if case.construct is None or case.structure or case.measure is not None:
         return None
     torch.manual_seed(seed)
-    return {k: v.detach().clone() for k, v in reference(*case.construct).state_dict().items()}
+    module = reference(*built(case.construct))
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    if case.distinct:
+        gen = torch.Generator().manual_seed(seed)
+        for name, _ in module.named_parameters():
+            state[name] += 0.2 * torch.randn(state[name].shape, generator=gen, dtype=state[name].dtype)
+    return state
 
 
 def _expected(fn, case: Case, state: dict | None = None, seed: int = 0):
@@ -111,14 +125,21 @@ def _expected(fn, case: Case, state: dict | None = None, seed: int = 0):
     training-mode case answers with gradients too (``worker.run_graded``).
     """
     if case.structure:
-        return [wire.describe_structure(fn(*built)) for built in case.args]
+        return [wire.describe_structure(fn(*arguments)) for arguments in built(case.args)]
     args, kwargs = _local_args(case)
+    module = None
+    if case.construct is not None and case.measure is not None:
+        torch.manual_seed(seed)  # as the worker does before building
+        return _plain(wire.MEASURES[case.measure](fn(*built(case.construct))))
     if case.construct is not None:
-        fn = fn(*case.construct)
-        wire.load_fitting(fn, state)
-        fn.train(case.train)
+        fn = module = fn(*built(case.construct))
+        wire.load_fitting(module, state)
+        module.train(case.train)
+        if case.method:
+            fn = getattr(module, case.method)
     with wire.FixedDropout(seed):
-        result = wire.run_graded(fn, list(args), kwargs, list(case.gradients) if case.train else None, seed)
+        result = wire.run_graded(fn, list(args), kwargs, list(case.gradients) if case.train else None, seed,
+                                 module)
     if case.attributes:
         result = tuple(getattr(result, a) for a in case.attributes)
     return _plain(result)
@@ -140,6 +161,8 @@ def verdict(exercise: Exercise, case: Case, got, expected) -> Verdict:
     """Whether ``got`` matches ``expected`` on this case (a structure, or returned values), and why not."""
     if case.structure:
         return compare_structures(got, expected)
+    if case.measure == "xavier":
+        return compare_xavier(got, expected)
     return compare(got, expected, case.rtol, case.atol, names=_item_names(exercise, case))
 
 
@@ -147,7 +170,11 @@ def _item_names(exercise: Exercise, case: Case) -> tuple[str, ...]:
     """What the items of the answer are called in the feedback."""
     if not case.train:
         return case.attributes or exercise.return_names
-    forward = list(inspect.signature(resolve(exercise.reference).forward).parameters)[1:]
+    reference = resolve(exercise.reference)
+    if exercise.kind == "factory":  # the signature of what the case calls on the built module
+        called = reference(*built(case.construct))
+        reference = getattr(called, case.method) if case.method else called
+    forward = list(inspect.signature(reference.forward).parameters)[1:]
     inputs = [forward[i] if i < len(forward) else f"argument {i}" for i, a in enumerate(case.args)
               if isinstance(a, torch.Tensor) and a.is_floating_point()]
     return ("output", *(f"gradient of the input `{n}`" for n in inputs),
@@ -269,10 +296,11 @@ class ExerciseRun:
             args, kwargs, buffers = _pack_args(case)
             request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs,
                        "attributes": list(case.attributes), "train": case.train, "structure": case.structure,
-                       "gradients": list(case.gradients) if case.train else None}
+                       "gradients": list(case.gradients) if case.train else None, "method": case.method,
+                       "measure": case.measure}
             state = _reference_state(self.reference, case, self.seed + number)
             if case.construct is not None:
-                request["construct"] = [wire.pack_value(a, buffers, wire.MAX_FRAME_BYTES) for a in case.construct]
+                request["construct"] = [_pack(a, buffers) for a in case.construct]
             if state is not None:
                 request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES) for k, v in state.items()}
             reply, out, seconds = self.worker.call(request, buffers)
@@ -384,7 +412,14 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         names = ", ".join(f"`{n}`" for n in unloaded[:12] if isinstance(n, str))
         found.lines.append(f"the reference's weights did not all fit your module ({names}): see the structure line")
     diagnosis = _diagnose(exercise, case, got, state, seed=seed)
-    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(found.lines), *diagnosis]))
+    shown = found.lines[:MAX_MISMATCH_LINES]
+    if len(found.lines) > len(shown):  # a model's gradients can fill pages: the diagnosis must stay in view
+        shown.append(f"... and {len(found.lines) - len(shown)} more lines like these")
+    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(shown), *diagnosis]))
+
+
+MAX_MISMATCH_LINES = 24
+"""Lines of differences shown per case (a case of a whole model can differ in every one of its gradients)."""
 
 
 def _arguments(values: tuple) -> str:
@@ -394,8 +429,12 @@ def _arguments(values: tuple) -> str:
 def _shape(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    if isinstance(value, dict):
+    if isinstance(value, dict) and value.get("module") == "scale":
         return f"a dropout stand-in multiplying by {value.get('factor')}"
+    if isinstance(value, dict):  # a module description: the reference's sublayer, built with these arguments
+        return f"{value.get('module')}(" + ", ".join(f"{k}={_shape(v)}" for k, v in value.items() if k != "module") + ")"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_shape(v) for v in value) + ")"
     return repr(value)
 
 

@@ -439,14 +439,15 @@ def load_fitting(module, state: dict) -> list[str]:
     return sorted({*keys.missing_keys, *(k for k in state if k not in fitting)})
 
 
-def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, seed: int):
+def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, seed: int, module=None):
     """Call ``target`` as a graded case does, here and in the harness alike.
 
     ``gradients is None``: a plain call without autograd. Otherwise (a training-mode case) the
     answer is ``(output, gradient of each floating-point argument, gradient of each parameter
     named in gradients)``, the gradients being those of ``(probe * output).sum()`` for a probe
     drawn from ``seed``: zeros where no gradient arrives (something detached or run under
-    ``no_grad``), ``None`` for a parameter the module lacks.
+    ``no_grad``), ``None`` for a parameter the module lacks. The parameters are ``module``'s
+    when ``target`` is one of its methods or submodules, else ``target``'s own.
     """
     import torch
 
@@ -459,7 +460,7 @@ def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, se
     output = target(*[a if leaf is None else leaf.clone() for a, leaf in zip(args, leaves)], **kwargs)
     if not (isinstance(output, torch.Tensor) and output.is_floating_point()):
         return output
-    parameters = dict(target.named_parameters())
+    parameters = dict((target if module is None else module).named_parameters())
     wanted = [leaf for leaf in leaves if leaf is not None] + [parameters.get(n) for n in gradients]
     active = [t for t in wanted if t is not None and t.requires_grad]
     found: dict[int, torch.Tensor] = {}
@@ -471,14 +472,39 @@ def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, se
     return (output.detach(), *(None if t is None else found.get(id(t), torch.zeros_like(t)) for t in wanted))
 
 
-def build_module_arg(tree):
+MAX_DESCRIPTION_DEPTH = 6
+
+
+def build_module_arg(tree, classes: dict | None = None, depth: int = 0):
+    """A module described by a case, built here: ``{"module": "scale", "factor": f}`` is the
+    dropout-like stand-in ``_Scale``; ``{"module": "Name", **kwargs}`` is ``classes["Name"](**kwargs)``,
+    its keyword values built the same way (a description may nest others). ``classes`` holds the
+    reference's objects: the prerequisites in the worker, ``tfm_solution`` in the harness, so both
+    sides build the same sublayers from the same description. Tuples are built item by item;
+    anything else is returned as it is.
+    """
+    if depth > MAX_DESCRIPTION_DEPTH:
+        raise ValueError("module description nested too deep")
     if isinstance(tree, dict) and "module" in tree:
-        if tree["module"] == "scale":
+        name = tree["module"]
+        if name == "scale":
             return _Scale(float(tree["factor"]))
-        raise ValueError("unknown module argument")
+        if not isinstance(name, str) or name not in (classes or {}):
+            raise ValueError(f"unknown module argument {str(name)[:MAX_NAME_CHARS]!r}")
+        return classes[name](**{str(k): build_module_arg(v, classes, depth + 1) for k, v in tree.items()
+                                if k != "module"})
     if isinstance(tree, tuple):
-        return tuple(build_module_arg(t) for t in tree)
+        return tuple(build_module_arg(t, classes, depth + 1) for t in tree)
     return tree
+
+
+def matrices(model) -> tuple:
+    """The parameters of ``model`` with more than one dimension, as built (a ``measure="xavier"`` case)."""
+    return tuple(p.detach() for p in model.parameters() if p.dim() > 1)
+
+
+MEASURES = {"xavier": matrices}
+"""What a ``Case.measure`` turns the built object into before it crosses: plain tensors only."""
 
 
 def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
@@ -547,22 +573,29 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
         dropout.install()  # again: the student's code may have put something else in its place
         out: list[bytes] = []
         try:
-            args = [build_module_arg(unpack_value(a, buffers)) for a in request["args"]]
-            kwargs = {k: build_module_arg(unpack_value(v, buffers)) for k, v in request["kwargs"].items()}
+            args = [build_module_arg(unpack_value(a, buffers), provided_names) for a in request["args"]]
+            kwargs = {k: build_module_arg(unpack_value(v, buffers), provided_names)
+                      for k, v in request["kwargs"].items()}
             target = namespace[name]
             unloaded: list[str] = []
+            built = None
             if request.get("construct") is not None:
-                cargs = [unpack_value(a, buffers) for a in request["construct"]]
-                target = target(*cargs)
+                cargs = [build_module_arg(unpack_value(a, buffers), provided_names) for a in request["construct"]]
+                target = built = target(*cargs)
             if request.get("structure"):  # the module as built by each argument tuple, no weights loaded
                 reply = {"id": request["id"], "ok": True,
-                         "structure": {"builds": [describe_structure(target(*built)) for built in args[:MAX_BUILDS]]}}
+                         "structure": {"builds": [describe_structure(target(*b)) for b in args[:MAX_BUILDS]]}}
             else:
-                if request.get("construct") is not None:
-                    state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}
-                    unloaded = [str(k)[:MAX_NAME_CHARS] for k in load_fitting(target, state)]
-                    target.train(bool(request.get("train")))
-                result = run_graded(target, args, kwargs, request.get("gradients"), request["seed"])
+                if request.get("measure") is not None:  # the object as built is the answer, turned into data
+                    result = MEASURES[request["measure"]](built)
+                else:
+                    if built is not None:
+                        state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}
+                        unloaded = [str(k)[:MAX_NAME_CHARS] for k in load_fitting(built, state)]
+                        built.train(bool(request.get("train")))
+                        if request.get("method"):  # a method or submodule of what was built is called
+                            target = getattr(built, str(request["method"]))
+                    result = run_graded(target, args, kwargs, request.get("gradients"), request["seed"], built)
                 if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
                     result = tuple(getattr(result, a) for a in request["attributes"])
                 reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"]),

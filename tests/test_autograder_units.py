@@ -3,6 +3,7 @@ mistake catalogue, cases, seeds and the results schema."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from decimal import Decimal
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from autograder import worker as wire
-from autograder.cases import CASES, graded_cases
+from autograder.cases import CASES, built, graded_cases
 from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
                                 read_submission)
@@ -498,21 +499,27 @@ def test_frozen_parameters_other_builds_and_malformed_structures():
 
 
 def test_every_module_exercise_gets_structure_and_training_mode_cases():
-    """Registry-driven: ``has_dropout`` is set exactly when the reference module holds an ``nn.Dropout``
-    (then its training-mode cases use another rate); every module exercise has training-mode cases that
-    compare the reference's parameters' gradients, and one structure line."""
-    for exercise in (e for e in REGISTRY if e.kind == "module"):
+    """Registry-driven: ``has_dropout`` is set exactly when the reference module takes a ``dropout`` argument
+    and holds an ``nn.Dropout`` (then its training-mode cases use another rate); every module exercise (and
+    every factory of one) has training-mode cases that compare the reference's parameters' gradients, and
+    one structure line built with every distinct argument tuple."""
+    for exercise in (e for e in REGISTRY if e.kind in ("module", "factory")):
         cases = CASES[exercise.id](3)
-        built = next(c for c in cases if c.construct is not None)
-        module = resolve(exercise.reference)(*built.construct)
-        assert exercise.has_dropout == any(isinstance(m, torch.nn.Dropout) for m in module.modules()), exercise.id
+        constructs = [c.construct for c in cases if c.construct is not None and c.measure is None]
+        reference = resolve(exercise.reference)
+        module = reference(*built(constructs[0]))
+        takes_dropout = "dropout" in inspect.signature(reference).parameters
+        assert exercise.has_dropout == (takes_dropout and any(isinstance(m, torch.nn.Dropout)
+                                                              for m in module.modules())), exercise.id
         assert sum(c.structure for c in cases) == 1 and cases[-1].structure
-        assert set(cases[-1].args) == {c.construct for c in cases if c.construct is not None}
+        assert [repr(a) for a in cases[-1].args] == list(dict.fromkeys(repr(c) for c in constructs))[:wire.MAX_BUILDS]
         train = [c for c in cases if c.train]
         assert train and all(c.title.endswith("in training mode") for c in train)
-        assert {c.gradients for c in train} == {tuple(n for n, _ in module.named_parameters())}
-        assert (train[0].construct != built.construct) == exercise.has_dropout
-    for exercise in (e for e in REGISTRY if e.kind != "module"):
+        assert all(c.gradients == tuple(n for n, _ in reference(*built(c.construct)).named_parameters())
+                   for c in train)
+        if exercise.kind == "module":
+            assert (train[0].construct != constructs[0]) == exercise.has_dropout
+    for exercise in (e for e in REGISTRY if e.kind not in ("module", "factory")):
         assert not exercise.has_dropout and not any(c.train or c.structure for c in CASES[exercise.id](3))
 
 
@@ -532,3 +539,70 @@ def test_training_mode_cases_compare_the_gradients_of_the_parameters(forward, fa
     failed = [(name, lines) for name, ok, lines in judged if not ok]
     assert [n for n, _ in failed] == ([n for n, _, _ in judged if n.endswith("in training mode")] if fails else [])
     assert all("gradient of `lut.weight`" in lines[0] for _, lines in failed)
+
+
+def test_module_descriptions_are_built_alike_on_both_sides_and_only_from_known_names():
+    """A case may describe a sublayer: the harness builds it from the reference package, the worker from
+    the prerequisites it received; a name outside those, or a description nested without end, is refused."""
+    from tfm_solution import MultiHeadedAttention, PositionwiseFeedForward
+
+    description = {"module": "DecoderLayer", "size": 8, "self_attn": {"module": "MultiHeadedAttention", "h": 2,
+                   "d_model": 8, "dropout": 0.0}, "src_attn": {"module": "MultiHeadedAttention", "h": 4,
+                   "d_model": 8, "dropout": 0.2}, "feed_forward": {"module": "PositionwiseFeedForward", "d_model": 8,
+                   "d_ff": 16, "dropout": 0.0}, "dropout": 0.1}
+    layer = built(description)
+    assert isinstance(layer.self_attn, MultiHeadedAttention) and (layer.self_attn.h, layer.src_attn.h) == (2, 4)
+    assert layer.src_attn.dropout.p == 0.2 and layer.feed_forward.w_1.weight.shape == (16, 8)
+    worker_side = {"MultiHeadedAttention": MultiHeadedAttention}
+    assert isinstance(wire.build_module_arg(description["self_attn"], worker_side), MultiHeadedAttention)
+    with pytest.raises(ValueError, match="unknown module argument 'PositionwiseFeedForward'"):
+        wire.build_module_arg(description["feed_forward"], worker_side)
+    with pytest.raises(ValueError, match="unknown module argument"):
+        wire.build_module_arg({"module": "eval", "source": "1"}, {})
+    deep: dict = {"module": "PositionwiseFeedForward", "d_model": 4, "d_ff": 4}
+    for _ in range(wire.MAX_DESCRIPTION_DEPTH + 1):
+        deep = {"module": "PositionwiseFeedForward", "d_model": deep, "d_ff": 4}
+    with pytest.raises(ValueError, match="too deep"):
+        wire.build_module_arg(deep, {"PositionwiseFeedForward": PositionwiseFeedForward})
+    assert wire.build_module_arg(({"module": "scale", "factor": 2.0},))[0](torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_xavier_counts_accept_xavier_uniform_and_name_every_other_initialization():
+    """Judged on matrices drawn here by PyTorch's own initializers, with and without Xavier."""
+    from autograder.compare import compare_xavier, xavier_counts
+
+    torch.manual_seed(0)
+    shapes = [(16, 16), (64, 16), (16, 64), (40, 16), (16, 16)]
+    xavier = tuple(torch.nn.init.xavier_uniform_(torch.empty(s)) for s in shapes)
+    assert xavier_counts(xavier) == (0, 0, 0)
+    defaults = tuple(torch.nn.Linear(s[1], s[0]).weight.detach() for s in shapes)   # kaiming_uniform(a=sqrt(5))
+    assert xavier_counts(defaults) == (0, len(shapes), 0)
+    normal = tuple(torch.nn.init.xavier_normal_(torch.empty(s)) for s in shapes)
+    assert xavier_counts(normal)[0] == len(shapes)
+    embedding = (torch.nn.Embedding(40, 16).weight.detach(),)                       # N(0, 1)
+    assert xavier_counts(embedding)[:2] == (1, 1)
+    copied = (*xavier, xavier[0].clone())
+    assert xavier_counts(copied) == (0, 0, 2)
+    verdict = compare_xavier(defaults, xavier)
+    assert not verdict.ok and verdict.lines == [f"{len(shapes)} of {len(shapes)} matrices do not have the spread of "
+                                                "Xavier-uniform values, std = bound / sqrt(3) (another initialization, "
+                                                "or none: PyTorch's defaults differ)"]
+    assert compare_xavier(tuple(torch.nn.init.xavier_uniform_(torch.empty(s)) for s in shapes), xavier).ok
+    assert not compare_xavier((torch.zeros(3),), xavier).ok and not compare_xavier(None, xavier).ok
+
+
+def test_distinct_weights_separate_copies_and_leave_buffers_alone():
+    """``Case.distinct``: clones of one prototype start equal; the state sent to the answer no longer is."""
+    from autograder.exercises.shared import Case
+
+    construct = (8, {"module": "MultiHeadedAttention", "h": 2, "d_model": 8, "dropout": 0.0},
+                 {"module": "PositionwiseFeedForward", "d_model": 8, "d_ff": 16, "dropout": 0.0}, 0.1)
+    reference = resolve("tfm_solution.encoder_decoder:EncoderLayer")
+    plain = _reference_state(reference, Case("t", "c", True, (), construct=construct), 5)
+    distinct = _reference_state(reference, Case("t", "c", True, (), construct=construct, distinct=True), 5)
+    assert torch.equal(plain["sublayer.0.norm.a_2"], plain["sublayer.1.norm.a_2"])
+    assert not torch.equal(distinct["sublayer.0.norm.a_2"], distinct["sublayer.1.norm.a_2"])
+    assert all(not torch.equal(plain[k], distinct[k]) for k in plain)
+    model = _reference_state(resolve("tfm_solution.encoder_decoder:make_model"),
+                             Case("t", "c", True, (), construct=(7, 9, 1, 8, 16, 2, 0.1), distinct=True), 5)
+    assert torch.equal(model["src_embed.1.pe"], resolve("tfm_solution:PositionalEncoding")(8, 0.1).pe)

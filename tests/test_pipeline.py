@@ -60,7 +60,7 @@ def test_chapters_are_in_sync_with_solutions(capsys):
 
 def _definition(ex) -> str:
     """How the answer cell starts to define the exercise's name: a function or a class."""
-    return f"def {ex.name}(" if ex.kind == "function" else f"class {ex.name}"
+    return f"def {ex.name}(" if ex.kind in ("function", "factory") else f"class {ex.name}"
 
 
 @pytest.mark.fast

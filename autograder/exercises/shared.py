@@ -33,6 +33,20 @@ class Case:
     module's parameters, buffers and ``state_dict`` as built with each are compared. For a
     plain class exercise, ``attributes`` names the instance attributes that are compared: the
     instance never crosses, the tuple of those attributes does.
+
+    A constructor argument may be a module description, ``{"module": "MultiHeadedAttention", "h": 2,
+    "d_model": 8, "dropout": 0.0}``: the reference's class of that name (a prerequisite of the
+    exercise) built with these keyword arguments, on both sides; descriptions may nest. With
+    ``distinct``, the reference's weights get seeded noise before they are loaded, so that copies
+    that start equal (clones of one prototype, LayerNorm's ones and zeros) differ and a module
+    shared where copies belong computes something else.
+
+    For a ``"factory"`` exercise (a function that builds an ``nn.Module``), ``construct`` holds the
+    function's arguments; the module it returns is treated as a module exercise's, and ``method``
+    names what is called on it (``"decode"``, ``"generator"``; ``None``: the module itself). A
+    ``measure`` case loads no weights and calls nothing: the object as built is turned into data
+    in the worker (``worker.MEASURES``) and judged in the harness (``"xavier"``: the matrices'
+    initialization, ``compare.compare_xavier``).
     """
 
     title: str
@@ -47,6 +61,9 @@ class Case:
     train: bool = False
     structure: bool = False
     gradients: tuple[str, ...] = ()
+    distinct: bool = False
+    method: str | None = None
+    measure: Literal["xavier"] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,8 +87,9 @@ class Exercise:
         chapter: the chapter folder under ``solutions/`` and ``chapters/`` (= nbgrader assignment).
         notebook: the notebook file inside that folder.
         name: the top-level name the student defines (function or class).
-        kind: ``"function"``, ``"module"`` (an ``nn.Module`` subclass) or ``"class"`` (a plain
-            class whose instance attributes are graded, see ``Case.attributes``).
+        kind: ``"function"``, ``"module"`` (an ``nn.Module`` subclass), ``"factory"`` (a function
+            returning an ``nn.Module``, graded like a module exercise, see ``Case.method``) or
+            ``"class"`` (a plain class whose instance attributes are graded, see ``Case.attributes``).
         signature: as shown to the student.
         points: the exercise's weight.
         solution_grade_id: nbgrader ``grade_id`` of the cell holding the answer.
@@ -93,7 +111,7 @@ class Exercise:
     chapter: str
     notebook: str
     name: str
-    kind: Literal["function", "module", "class"]
+    kind: Literal["function", "module", "factory", "class"]
     signature: str
     points: int
     solution_grade_id: str
