@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from autograder import worker as wire
-from autograder.cases import built, graded_cases
+from autograder.cases import built, graded_cases, reference_classes
 from autograder.checks import run_checks
 from autograder.compare import Verdict, compare, compare_structures, compare_xavier, parse_structures
 from autograder.exercises.shared import Case, resolve
@@ -126,6 +126,11 @@ def _expected(fn, case: Case, state: dict | None = None, seed: int = 0):
     """
     if case.structure:
         return [wire.describe_structure(fn(*arguments)) for arguments in built(case.args)]
+    if case.driver is not None:
+        torch.manual_seed(seed)  # as the worker does before building the arguments
+        args, _ = _local_args(case)
+        with wire.FixedDropout(seed):
+            return _plain(wire.DRIVERS[case.driver](fn, list(args), reference_classes()))
     args, kwargs = _local_args(case)
     module = None
     if case.construct is not None and case.measure is not None:
@@ -297,7 +302,7 @@ class ExerciseRun:
             request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs,
                        "attributes": list(case.attributes), "train": case.train, "structure": case.structure,
                        "gradients": list(case.gradients) if case.train else None, "method": case.method,
-                       "measure": case.measure}
+                       "measure": case.measure, "driver": case.driver}
             state = _reference_state(self.reference, case, self.seed + number)
             if case.construct is not None:
                 request["construct"] = [_pack(a, buffers) for a in case.construct]

@@ -507,6 +507,40 @@ MEASURES = {"xavier": matrices}
 """What a ``Case.measure`` turns the built object into before it crosses: plain tensors only."""
 
 
+def train_accumulated(fn, args: list, classes: dict) -> tuple:
+    """Drive a ``train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter)``
+    (chapter 9) as a ``driver="accumulation"`` case does, here and in the harness alike.
+
+    ``args`` = ``(model, micro-batches ((src, tgt), ...), accum_iter, lr)``, the model built (seeded)
+    from its description. It trains in float64 and arrives in eval mode (the function must switch it
+    to training). The loss is the summed negative log-likelihood of the real labels through the
+    reference's ``SimpleLossCompute``; the optimizer is SGD with momentum (its step is proportional to
+    the gradient, unlike Adam's) and the schedule ``LambdaLR`` with ``1 / (1 + step)``, so stepping it
+    per micro-batch shows. Returns ``(every parameter, flattened; the learning rate after; what fn returned)``.
+    """
+    import torch
+
+    model, micro, accum_iter, lr = args
+    model = model.double().eval()
+    pad = 2  # the course's <blank>
+    batches = [classes["Batch"](src, tgt, pad) for src, tgt in micro]
+
+    def summed_nll(log_probs, labels):
+        return torch.nn.functional.nll_loss(log_probs, labels, ignore_index=pad, reduction="sum")
+
+    loss_compute = classes["SimpleLossCompute"](model.generator, summed_nll)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    returned = fn(model, iter(batches), loss_compute, optimizer, scheduler, accum_iter)
+    parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
+    # The rate as a 0-dim tensor: a difference is then reported by its size, as every other number's.
+    return parameters, torch.tensor(float(optimizer.param_groups[0]["lr"]), dtype=torch.float64), returned
+
+
+DRIVERS = {"accumulation": train_accumulated}
+"""What a ``Case.driver`` runs around the answer instead of calling it on the case's arguments."""
+
+
 def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
     """Execute each code chunk like a kernel cell: an error stops the chunk, not the rest."""
     import traceback
@@ -588,6 +622,8 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
             else:
                 if request.get("measure") is not None:  # the object as built is the answer, turned into data
                     result = MEASURES[request["measure"]](built)
+                elif request.get("driver") is not None:  # the answer is called by a fixed procedure
+                    result = DRIVERS[request["driver"]](target, args, provided_names)
                 else:
                     if built is not None:
                         state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}

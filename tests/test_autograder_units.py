@@ -211,8 +211,16 @@ def test_each_mistake_fails_some_case_and_is_named_there(exercise_id, mistake):
     assert any(f"**Diagnosis: {mistake}**" in n for n in named)
 
 
+def _same(p, q) -> bool:
+    if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):
+        return isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor) and p.shape == q.shape and torch.equal(p, q)
+    if isinstance(p, tuple) and isinstance(q, tuple):
+        return len(p) == len(q) and all(_same(a, b) for a, b in zip(p, q))
+    return p == q
+
+
 def _same_inputs(x, y) -> bool:
-    return all(torch.equal(p, q) if isinstance(p, torch.Tensor) else p == q for p, q in zip(x.args, y.args))
+    return _same(x.args, y.args)
 
 
 def test_hidden_inputs_are_fresh_per_seed_and_public_ones_fixed():
@@ -606,3 +614,39 @@ def test_distinct_weights_separate_copies_and_leave_buffers_alone():
     model = _reference_state(resolve("tfm_solution.encoder_decoder:make_model"),
                              Case("t", "c", True, (), construct=(7, 9, 1, 8, 16, 2, 0.1), distinct=True), 5)
     assert torch.equal(model["src_embed.1.pe"], resolve("tfm_solution:PositionalEncoding")(8, 0.1).pe)
+
+
+def test_accumulation_driver_equals_training_on_the_merged_batches():
+    """The ``"accumulation"`` driver run with the reference leaves the parameters that plain training on the
+    merged groups leaves (each group's sentences padded into one batch, its mean token loss, one SGD step
+    each): the quantity graded is equation (9.5)'s, computed here without the code under test."""
+    from torch.nn.functional import nll_loss, pad as padded
+
+    from tfm_solution import Batch
+    from tfm_solution.training import train_with_accumulation
+
+    case = next(c for c in CASES["ch09.train_with_accumulation"](5) if "unequal" in c.title)
+    description, micro, accum_iter, lr = case.args
+    got = _expected(train_with_accumulation, case, None, 3)
+    torch.manual_seed(3)
+    model = built(description).double().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    for start in range(0, len(micro), accum_iter):
+        group = micro[start:start + accum_iter]
+        widths = [max(pair[k].size(1) for pair in group) for k in (0, 1)]
+        src, tgt = (torch.cat([padded(pair[k], (0, widths[k] - pair[k].size(1)), value=2) for pair in group])
+                    for k in (0, 1))
+        merged = Batch(src, tgt, 2)
+        log_probs = model.generator(model(merged.src, merged.tgt, merged.src_mask, merged.tgt_mask))
+        loss = nll_loss(log_probs.reshape(-1, log_probs.size(-1)), merged.tgt_y.reshape(-1), ignore_index=2,
+                        reduction="sum") / merged.ntokens
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+    steps = -(-len(micro) // accum_iter)
+    torch.testing.assert_close(got[0], torch.cat([p.detach().flatten() for p in model.parameters()]),
+                               rtol=1e-9, atol=1e-12)
+    assert abs(got[1].item() - lr / (1 + steps)) < 1e-15 and got[2] == steps
+    assert len({int(Batch(s, t, 2).ntokens) for s, t in micro}) > 1, "the micro-batches must differ in tokens"

@@ -1,4 +1,4 @@
-"""Chapter 9 grading: ``LabelSmoothing`` and ``rate``."""
+"""Chapter 9 grading: ``LabelSmoothing``, ``rate`` and ``train_with_accumulation``."""
 
 from __future__ import annotations
 
@@ -103,6 +103,130 @@ def rate(step, model_size, factor, warmup):
     return factor * ({scale} * {pick}(step ** (-0.5), step * warmup ** ({exponent})))
 ''', guard="step = max(step, 1)", scale="model_size ** (-0.5)", pick="min", exponent="-1.5")
 
+
+# ----------------------------------------------------------------------------- train_with_accumulation
+
+_PAD = 2
+
+
+def _micro_batches(gen: torch.Generator, count: int, vocab: int) -> tuple:
+    """``count`` micro-batches ``(src, tgt)`` of 1 to 3 sentence pairs each, padded with id 2: sentences of
+    different lengths, so the micro-batches hold unequal numbers of real target tokens."""
+    found = []
+    for _ in range(count):
+        b, longest = dim(gen, 1, 3), dim(gen, 2, 7)
+        lengths = [longest] + [dim(gen, 1, longest) for _ in range(b - 1)]
+        src = torch.full((b, longest + 1), _PAD)
+        tgt = torch.full((b, longest + 2), _PAD)
+        for row, n in enumerate(lengths):
+            src[row, :n + 1] = torch.cat([torch.randint(3, vocab, (n,), generator=gen), torch.tensor([1])])
+            tgt[row, :n + 2] = torch.cat([torch.tensor([0]), torch.randint(3, vocab, (n,), generator=gen),
+                                          torch.tensor([1])])
+        found.append((src, tgt))
+    return tuple(found)
+
+
+def _tiny_model(vocab: int, dropout: float = 0.0) -> dict:
+    return {"module": "make_model", "src_vocab": vocab, "tgt_vocab": vocab, "N": 1, "d_model": 8, "d_ff": 16, "h": 2,
+            "dropout": dropout}
+
+
+_DRIVEN = {"rtol": 1e-7, "atol": 1e-10}
+
+
+def train_with_accumulation_cases(seed: int) -> list[Case]:
+    """``train_with_accumulation`` driven on a tiny float64 model (``worker.train_accumulated``): the
+    parameters and learning rate it leaves, and the number of steps it returns."""
+    pub, gen = generators(seed)
+    cases = [Case("5 micro-batches, accum_iter 2", "groups (1, 2), (3, 4), (5): one step per group with the "
+                  "gradient of the group's summed token loss / its tokens, the scheduler once per step (public)",
+                  True, (_tiny_model(10), _micro_batches(pub, 5, 10), 2, 0.5), driver="accumulation", **_DRIVEN)]
+    vocab = dim(gen, 8, 14)
+    cases.append(Case("micro-batches of unequal sizes", "each token weighs the same, whichever micro-batch holds it "
+                      "(dividing by accum_iter is not that)", False,
+                      (_tiny_model(vocab), _micro_batches(gen, 3 * dim(gen, 1, 2), vocab), 3, 0.3),
+                      driver="accumulation", **_DRIVEN))
+    vocab = dim(gen, 8, 14)
+    cases.append(Case("a shorter last group", "the micro-batches left at the end make one more, smaller step",
+                      False, (_tiny_model(vocab), _micro_batches(gen, 3 * dim(gen, 1, 2) + 2, vocab), 3, 0.3),
+                      driver="accumulation", **_DRIVEN))
+    vocab = dim(gen, 8, 14)
+    cases.append(Case("accum_iter 1", "one optimizer step per micro-batch, each with its own tokens", False,
+                      (_tiny_model(vocab), _micro_batches(gen, dim(gen, 2, 4), vocab), 1, 0.2),
+                      driver="accumulation", **_DRIVEN))
+    vocab = dim(gen, 8, 14)
+    cases.append(Case("with dropout", "the model is put in training mode (it arrives in eval mode): dropout acts",
+                      False, (_tiny_model(vocab, 0.3), _micro_batches(gen, 4, vocab), 2, 0.3),
+                      driver="accumulation", **_DRIVEN))
+    return cases
+
+
+_ACCUMULATE = variants('''
+def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter):
+    {train}
+    batches = list(batches)
+    steps = 0
+    for start in range(0, {stop}, accum_iter):
+        group = batches[start:start + accum_iter]
+        total = sum(int(b.ntokens) for b in group)
+        for b in group:
+            out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)
+            _, loss_node = loss_compute(out, b.tgt_y, {norm})
+            loss_node.backward()
+            {per_micro_batch}
+        optimizer.step()
+        {zero}
+        {per_step}
+        steps += 1
+    return steps
+''', train="model.train()", stop="len(batches)", norm="total", per_micro_batch="pass", zero="optimizer.zero_grad()",
+    per_step="scheduler.step()")
+
+_NOTES_LOOP = '''
+def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter):
+    model.train()
+    steps = 0
+    for i, b in enumerate(batches):
+        out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)
+        _, loss_node = loss_compute(out, b.tgt_y, b.ntokens)
+        (loss_node / accum_iter).backward()
+        if i % accum_iter == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+            scheduler.step()
+            steps += 1
+    return steps
+'''
+
+_MODEL = (
+    "tfm_solution.attention:mask_fill_value",
+    "tfm_solution.attention:attention",
+    "tfm_solution.cloning:clones",
+    "tfm_solution.multihead:split_heads",
+    "tfm_solution.multihead:merge_heads",
+    "tfm_solution.multihead:MultiHeadedAttention",
+    "tfm_solution.feed_forward:PositionwiseFeedForward",
+    "tfm_solution.norm:LayerNorm",
+    "tfm_solution.norm:SublayerConnection",
+    "tfm_solution.embeddings:Embeddings",
+    "tfm_solution.positional_encoding:_check_even",
+    "tfm_solution.positional_encoding:pair_frequencies",
+    "tfm_solution.positional_encoding:positional_encoding",
+    "tfm_solution.positional_encoding:PositionalEncoding",
+    "tfm_solution.encoder_decoder:EncoderLayer",
+    "tfm_solution.encoder_decoder:DecoderLayer",
+    "tfm_solution.encoder_decoder:_final_norm",
+    "tfm_solution.encoder_decoder:Encoder",
+    "tfm_solution.encoder_decoder:Decoder",
+    "tfm_solution.encoder_decoder:Generator",
+    "tfm_solution.encoder_decoder:EncoderDecoder",
+    "tfm_solution.encoder_decoder:make_model",
+    "tfm_solution.masks:subsequent_mask",
+    "tfm_solution.masks:Batch",
+    "tfm_solution.training:SimpleLossCompute",
+)
+"""What the accumulation cases build in the worker: the course's model, its batches and its loss."""
+
 EXERCISES = (
     Exercise(
         id="ch09.label_smoothing",
@@ -167,5 +291,50 @@ EXERCISES = (
                 _rate(scale="1.0")),
         },
         time_budget_s=1.0,
+    ),
+    Exercise(
+        id="ch09.train_with_accumulation",
+        chapter=CHAPTER,
+        notebook=NOTEBOOK,
+        name="train_with_accumulation",
+        kind="function",
+        signature="train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter) -> steps",
+        points=4,
+        solution_grade_id="ch09-train-with-accumulation",
+        test_grade_id="ch09-train-with-accumulation-tests",
+        reference="tfm_solution.training:train_with_accumulation",
+        cases=train_with_accumulation_cases,
+        prerequisites=_MODEL,
+        return_names=("parameters after training", "learning rate after training", "returned number of steps"),
+        mistakes={
+            "loss_not_divided": Mistake(
+                "each micro-batch's loss is its own mean (norm = its ntokens), so the accumulated gradient is the "
+                "sum of the group's means, about accum_iter times too large: divide every micro-batch's summed "
+                "loss by the group's total ntokens",
+                _ACCUMULATE(norm="b.ntokens")),
+            "divided_by_accum_iter": Mistake(
+                "each micro-batch's mean loss is divided by accum_iter: right only when every micro-batch holds "
+                "as many tokens; divide the summed losses by the group's total ntokens, equation (9.5)",
+                _ACCUMULATE(norm="b.ntokens * accum_iter")),
+            "step_at_first_micro_batch": Mistake(
+                "the optimizer steps when i % accum_iter == 0, already after the first micro-batch (i = 0): the "
+                "groups are shifted and the last micro-batches never make a step",
+                _NOTES_LOOP),
+            "scheduler_per_micro_batch": Mistake(
+                "the scheduler steps once per micro-batch: the schedule counts optimizer steps, so step it once "
+                "per group, after optimizer.step()",
+                _ACCUMULATE(per_micro_batch="scheduler.step()", per_step="pass")),
+            "last_group_dropped": Mistake(
+                "the micro-batches left after the last full group make no step: a shorter last group still "
+                "makes one",
+                _ACCUMULATE(stop="len(batches) - accum_iter + 1")),
+            "gradients_not_zeroed": Mistake(
+                "the gradients are never zeroed after a step: each group's gradient adds to the previous ones'",
+                _ACCUMULATE(zero="pass")),
+            "no_training_mode": Mistake(
+                "the model is not put in training mode (model.train()): dropout stays off while training",
+                _ACCUMULATE(train="pass")),
+        },
+        time_budget_s=5.0,
     ),
 )

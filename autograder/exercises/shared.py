@@ -47,6 +47,11 @@ class Case:
     ``measure`` case loads no weights and calls nothing: the object as built is turned into data
     in the worker (``worker.MEASURES``) and judged in the harness (``"xavier"``: the matrices'
     initialization, ``compare.compare_xavier``).
+
+    A ``driver`` case does not call the answer on ``args``: a fixed procedure of the worker
+    (``worker.DRIVERS``) builds what ``args`` describe and calls the answer inside it, the same
+    procedure running the reference in the harness (``"accumulation"``: a training run of chapter 9's
+    ``train_with_accumulation`` on a tiny model, ``worker.train_accumulated``).
     """
 
     title: str
@@ -64,6 +69,7 @@ class Case:
     distinct: bool = False
     method: str | None = None
     measure: Literal["xavier"] | None = None
+    driver: Literal["accumulation"] | None = None
 
 
 @dataclass(frozen=True)
