@@ -61,6 +61,15 @@ module exercises (``kind="module"``) get more, from the shared machinery (``auto
     Declared mistakes are checked on these cases too: a mistake that only dropout or the
     structure shows (``no_dropout``, ``pe_trainable`` in chapter 2) is diagnosed there.
 
+sublayers, factories and drivers (see ``shared.Case``)
+    A constructor argument may describe a reference module, ``{"module": "MultiHeadedAttention", "h": 2,
+    "d_model": 8, "dropout": 0.0}`` (list the class and what it needs in ``prerequisites``): both sides
+    build it, and the answer gets the reference's weights; ``Case(distinct=True)`` adds seeded noise to
+    them so copies differ (chapter 8). ``kind="factory"`` grades a function that returns a module like
+    a module exercise (``Case.method`` calls ``decode`` or ``generator`` on it, ``measure="xavier"``
+    judges its initialization). ``Case(driver=...)`` runs the answer inside a fixed procedure of the
+    worker (chapter 9's training run).
+
 Write the chapter's tests (visible tests vs the mistakes, if any) in ``tests/``; the
 grader's own tests iterate over ``REGISTRY`` and cover the new module by themselves.
 """
