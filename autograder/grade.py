@@ -377,8 +377,8 @@ class ExerciseRun:
 
 
 NOT_IMPLEMENTED = "not implemented yet (the stub raises `NotImplementedError`)"
-STRUCTURE_OF_A_STUB = ("no points yet: every other case of this exercise is still a stub; the structure counts "
-                       "once the module computes something")
+STRUCTURE_OF_A_STUB = ("no points yet: the module's computation is not implemented (every other case of this "
+                       "exercise still meets the stub); the structure counts once the module computes something")
 
 
 class _NotDefined(Exception):
