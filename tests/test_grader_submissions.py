@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import jsonschema
 import nbformat
+import numpy as np
 import pytest
+import torch
 
 from autograder.__main__ import main
 from autograder.grade import grade_path
@@ -107,6 +110,26 @@ def test_hook_gives_the_grade_commands_points_and_nothing_on_stderr(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     history = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     assert grade_in_notebook("ch03.attention", {"In": ["", *history]}) == expected
+
+
+@pytest.mark.slow
+def test_hook_leaves_the_kernels_random_generators_as_they_were(tmp_path, monkeypatch, capsys):
+    """A module exercise's cases seed torch with a hidden seed; the cells after the graded cell must
+    still draw the numbers they would draw without it (nbval replays them)."""
+    exercise = by_id("ch07.LayerNorm")
+    solution = REPO_ROOT / "solutions" / exercise.chapter / exercise.notebook
+    path = release_with(REPO_ROOT / "chapters" / exercise.chapter / exercise.notebook, tmp_path / "nb",
+                        solution_answers(solution))
+    monkeypatch.chdir(path.parent)
+    torch.manual_seed(123)
+    random.seed(123)
+    np.random.seed(123)
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    assert grade_in_notebook(exercise.id, {}) == exercise.points
+    capsys.readouterr()
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert random.getstate() == states[1]
+    assert np.array_equal(np.random.get_state()[1], states[2])
 
 
 @pytest.mark.slow
