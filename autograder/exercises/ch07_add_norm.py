@@ -17,7 +17,8 @@ def _features(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.floa
 
 
 def layer_norm_cases(seed: int) -> list[Case]:
-    """``LayerNorm(features, eps=1e-6)``, given the reference's ``a_2`` and ``b_2``."""
+    """``LayerNorm(features, eps=1e-6)``, given the reference's ``a_2`` and ``b_2`` (with seeded noise on
+    them in the last case, so that an answer that ignores them is seen)."""
     pub, gen = generators(seed)
     b, n, d = dim(gen, 2, 4), dim(gen, 3, 9), dim(gen, 6, 40)
     wide = dim(gen, 256, 512)
@@ -36,6 +37,9 @@ def layer_norm_cases(seed: int) -> list[Case]:
              rtol=1e-6, atol=1e-8),
         Case("d_model in the hundreds, 2-D input", "a (tokens, features) input: no batch axis", False,
              (_features(gen, dim(gen, 4, 8), wide),), construct=(wide,)),
+        Case("a learned gain and bias", "a_2 and b_2 away from ones and zeros, as after training: the output "
+             "is a_2 * normalized + b_2, feature by feature", False, (_features(gen, 2, dim(gen, 3, 6), d),),
+             construct=(d,), distinct=True),
     ]
 
 
@@ -80,8 +84,9 @@ class LayerNorm(nn.Module):
     def forward(self, x):
         mean = x.mean({axis}, keepdim=True)
         {spread}
-        return self.a_2 * (x - mean) / {denominator} + self.b_2
-''', axis="-1", spread="std = x.std(-1, keepdim=True)", denominator="(std + self.eps)")
+        return {gain}(x - mean) / {denominator}{bias}
+''', axis="-1", spread="std = x.std(-1, keepdim=True)", denominator="(std + self.eps)", gain="self.a_2 * ",
+                   bias=" + self.b_2")
 
 _sublayer = variants('''
 from torch import nn
@@ -142,6 +147,10 @@ EXERCISES = (
             "eps_ignored": Mistake(
                 "eps is never used: divide by (std + eps); it matters for vectors whose spread is tiny",
                 _layer_norm(denominator="std")),
+            "gain_and_bias_ignored": Mistake(
+                "a_2 and b_2 are created but never used: the output is the normalized x alone; the layer must "
+                "return a_2 * normalized + b_2, so that training can rescale and shift each feature",
+                _layer_norm(gain="", bias="")),
             "normalized_over_positions": Mistake(
                 "the mean and std run over the positions (axis -2); layer normalization uses each token's own "
                 "features, the last axis",
