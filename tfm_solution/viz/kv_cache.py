@@ -135,8 +135,9 @@ def timing_explorer(timing: dict) -> FrameNest:
     """The measurements of ``scripts/kv_cache_timing.py``: a model and a view (per token, or total log-log)."""
     names = [m["name"] for m in timing["models"]]
     views = ["per token", "total, log-log"]
-    model_pick = widgets.Dropdown(options=names, index=0, description="model")
-    view_pick = widgets.ToggleButtons(options=views, index=0, description="view")
+    model_pick = widgets.Dropdown(options=names, index=0, description="model", layout=widgets.Layout(width="460px"))
+    view_pick = widgets.ToggleButtons(options=views, index=0, description="view",
+                                      style={"description_width": "initial"})
     caption = widgets.HTML(f"<i>Measured once by <code>{html.escape(timing['command'])}</code>: batch "
                            f"{timing['batch']}, one thread, the fastest of {timing['repeats']} runs, cached and "
                            "uncached alternating. Compare ratios, not seconds.</i>")
@@ -205,8 +206,9 @@ def memory_calculator(kv_cache_bytes: Callable | None = None) -> FrameNest:
     used = resolve(kv_cache_bytes, reference_bytes, _bytes_probe, "kv_cache_bytes")
     model_pick = widgets.Dropdown(options=[p.name for p in PRESETS], index=0, description="model",
                                   layout=widgets.Layout(width="460px"))
-    attention_pick = widgets.ToggleButtons(options=list(ATTENTION), index=0, description="attention")
-    dtype_pick = widgets.ToggleButtons(options=[d[0] for d in DTYPES], index=0, description="numbers")
+    named = {"description_width": "initial"}
+    attention_pick = widgets.ToggleButtons(options=list(ATTENTION), index=0, description="attention", style=named)
+    dtype_pick = widgets.ToggleButtons(options=[d[0] for d in DTYPES], index=0, description="numbers", style=named)
     return FrameNest([model_pick, attention_pick, dtype_pick], (len(PRESETS), len(ATTENTION), len(DTYPES)),
                      lambda at: _memory_frame(PRESETS[at[0]], ATTENTION[at[1]], DTYPES[at[2]], used.fn),
                      header=[used.banner()])
