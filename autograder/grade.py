@@ -471,11 +471,15 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
     if not chosen:
         report.notes.append("no exercise of the course was found in this submission")
     runs: list[ExerciseRun] = []
+    # The reference side seeds torch per case with a hidden seed; fork_rng leaves the caller's
+    # generator (a notebook kernel's, for the graded cells) as it was.
     try:
-        for exercise, nb in chosen:
-            if isinstance(nb, Notebook):
-                runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide))
-        run_checks(runs)
+        with torch.random.fork_rng(devices=[]):
+            for exercise, nb in chosen:
+                if isinstance(nb, Notebook):
+                    runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits,
+                                            hide=hide))
+            run_checks(runs)
     finally:
         kill_all()  # whatever was raised: every worker, and all it started, is gone before results exist
     if runs:

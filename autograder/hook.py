@@ -6,16 +6,15 @@ taken from the notebook file on disk (the kernel's working directory holds it du
 worker. Objects in the kernel's namespace are never called, so a notebook that patched
 them earlier cannot change the verdict. The points are returned (the cell's last
 expression, which nbgrader records as partial credit); the feedback goes to stdout and
-nothing to stderr. The kernel's random number generators are left as they were: the
-harness seeds torch for each case with a fresh hidden seed, and the cells after a graded
-cell must draw the same numbers whether or not it ran.
+nothing to stderr. The kernel's random number generators are left as they were
+(``grade_path`` restores torch's), so the cells after a graded cell draw the same numbers
+whether or not it ran.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import random
 import sys
 import tempfile
 import traceback
@@ -23,8 +22,6 @@ import warnings
 from pathlib import Path
 
 import nbformat
-import numpy as np
-import torch
 
 from autograder.registry import by_id
 
@@ -49,10 +46,9 @@ def grade_in_notebook(exercise_id: str, namespace: dict) -> float:
 
     buffer = io.StringIO()
     points = 0.0
-    python_state, numpy_state = random.getstate(), np.random.get_state()
     # Anything the harness would say on stderr (warnings included) goes to stdout instead:
     # nbgrader scores a test cell 0 when it writes to stderr.
-    with contextlib.redirect_stderr(buffer), warnings.catch_warnings(), torch.random.fork_rng(devices=[]), \
+    with contextlib.redirect_stderr(buffer), warnings.catch_warnings(), \
             tempfile.TemporaryDirectory(prefix="grade-hook-") as scratch:
         warnings.simplefilter("ignore")
         try:
@@ -61,7 +57,5 @@ def grade_in_notebook(exercise_id: str, namespace: dict) -> float:
             print(table(report), file=buffer)
         except Exception:  # noqa: BLE001 - the cell must still print something useful
             print("autograder error (not your fault):\n" + traceback.format_exc(limit=3), file=buffer)
-    random.setstate(python_state)
-    np.random.set_state(numpy_state)
     sys.stdout.write(buffer.getvalue())
     return float(points)
