@@ -17,9 +17,11 @@ round runs every contender once, in turn; after a warm-up round, the table gives
 median time and the median over rounds of each round's time ratio (ours / theirs: <= 1.00x means
 ours is at least as fast).
 
-A second table splits the fast engine's loop in the same rounds: the encoder with the
-cross-attention keys and values (``start``), the steps (``step``, each timed) and what the loop
-adds around them (choosing each token, bookkeeping), against ``greedy_decode``'s own time.
+Then each contender's fastest round, and the fast engine's loop split in the same rounds: the
+encoder with the cross-attention keys and values (``start``), the steps (each timed), what the
+loop adds around them (choosing each token, bookkeeping), against ``greedy_decode``'s own time;
+and after each step, the step's matrix products alone, so that a step splits into its products
+and everything else (attention, LayerNorms, views, dispatch).
 
 Usage: python benchmarks/vs_ctranslate2.py [--quick] [--repeat 5] [--threads 2] [--settings 1x64,1x128,8x64,8x128]
 """
@@ -42,6 +44,9 @@ from tfm_solution.bench import machine_facts
 from tfm_solution.encoder_decoder import EncoderDecoder, make_model
 from tfm_solution.experiment import MODEL_SIZES
 from tfm_solution.fast import InferenceEngine
+
+sys.path.insert(0, str(Path(__file__).parent))
+from weight_read_bound import products_only  # noqa: E402  (a script beside this one)
 
 SRC_LEN, START, PAD = 32, 1, 0
 VOCAB_SPECIALS = ["<blank>", "<s>", "</s>", "<unk>"]  # ids 0-3, as CTranslate2 names them; 1 starts a sentence
@@ -141,29 +146,49 @@ def first_difference(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 class SplitLoop:
-    """The fast engine's greedy loop written out, timing its parts: ``start``, each ``step``, the rest."""
+    """The fast engine's greedy loop written out, timing its parts: ``start``, each ``step``, the
+    loop around them; after each step, the step's matrix products alone (same weights, same rows),
+    timed apart and left out of the loop's total."""
 
     def __init__(self, engine: InferenceEngine, src: torch.Tensor, n: int) -> None:
         self.engine, self.src, self.n = engine, src, n
         self.mask = torch.ones(src.size(0), 1, src.size(1), dtype=torch.bool)
-        self.parts: dict[str, list[float]] = {"start": [], "steps": [], "step median": []}
+        self.parts: dict[str, list[float]] = {k: [] for k in ("loop", "start", "steps", "step", "products")}
 
     def __call__(self) -> torch.Tensor:
         clock = time.perf_counter
         t0 = clock()
         state = self.engine.start(self.src, self.mask, self.n)
         t1 = clock()
-        token, out, steps = torch.full((self.src.size(0),), START), [], []
+        products = products_only(self.engine, self.src.size(0))
+        token, out, steps, prods = torch.full((self.src.size(0),), START), [], [], []
         for _ in range(self.n):
             s = clock()
             log_probs = self.engine.step(state, token)
             steps.append(clock() - s)
             token = log_probs.argmax(-1)
             out.append(token)
+            s = clock()
+            with torch.inference_mode():
+                products()
+            prods.append(clock() - s)
+        self.parts["loop"].append(clock() - t0 - sum(prods))
         self.parts["start"].append(t1 - t0)
         self.parts["steps"].append(sum(steps))
-        self.parts["step median"].append(statistics.median(steps))
+        self.parts["step"].append(statistics.median(steps))
+        self.parts["products"].append(statistics.median(prods))
         return torch.stack(out, 1)
+
+    def medians(self) -> dict[str, float]:
+        """Each part's median over the calls since the last ``reset``, and the rest of the loop per
+        call (the loop less its start and steps), whose median is taken call by call."""
+        out = {k: statistics.median(v) for k, v in self.parts.items()}
+        out["rest"] = statistics.median(a - b - c for a, b, c in zip(self.parts["loop"], self.parts["start"],
+                                                                       self.parts["steps"]))
+        return out
+
+    def reset(self) -> None:
+        self.parts = {k: [] for k in self.parts}
 
 
 def timed_rounds(contenders: dict[str, Callable[[], object]], repeat: int) -> dict[str, list[float]]:
@@ -204,7 +229,6 @@ def main() -> None:
     engine, engine8 = InferenceEngine(model), InferenceEngine(model, int8=True)
     hf = None
     if not args.no_hf:
-        sys.path.insert(0, str(Path(__file__).parent))
         from transformers.utils import logging as hf_logging
         from vs_hf_generate import marian_like
 
@@ -244,7 +268,7 @@ def main() -> None:
                        first_difference(contenders["fast int8"]()[:, 1:], fast_tokens),
                        first_difference(contenders["ct2 int8"](), fast_tokens),
                        first_difference(split(), fast_tokens)))
-        split.parts = {k: [] for k in split.parts}
+        split.reset()
         t = timed_rounds(contenders, args.repeat)
         med = {k: statistics.median(v) for k, v in t.items()}
         hf_cells = (f"{med['hf']:.2f}", f"{ratio(t, 'hf', 'fast'):.2f}x") if hf is not None else ("—", "—")
@@ -252,8 +276,7 @@ def main() -> None:
         print(f"| {batch} | {n} | {med['ct2']:.2f} | {med['ct2 int8']:.2f} | {med['fast']:.2f} | {med['fast int8']:.2f} "
               f"| {hf_cells[0]} | **{ratio(t, 'fast', 'ct2'):.2f}x** | **{ratio(t, 'fast int8', 'ct2 int8'):.2f}x** "
               f"| {hf_cells[1]} | {load} |", flush=True)
-        parts = {k: statistics.median(v) for k, v in split.parts.items()}
-        splits.append((batch, n, med["fast"], med["fast, parts timed"], parts))
+        splits.append((batch, n, med["fast"], split.medians()))
         best.append((batch, n, {k: min(v) for k, v in t.items()}))
 
     print("\nEach contender's fastest round (on a loaded machine, the nearest to a quiet one; s):\n")
@@ -268,14 +291,14 @@ def main() -> None:
     print("|---:|---:|---|---|---|---|")
     for row in checks:
         print("| " + " | ".join(map(str, row)) + " |")
-    print("\nThe fast engine's loop, split (medians over the same rounds, ms; per token = divided by N):\n")
-    print("| batch | new tokens | greedy_decode | written out | start: encoder + cross K/V | steps | one step (median) "
-          "| loop - start - steps, per token |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for batch, n, loop, written, parts in splits:
-        rest = (written - parts["start"] - parts["steps"]) / n
-        print(f"| {batch} | {n} | {loop * 1e3:.0f} | {written * 1e3:.0f} | {parts['start'] * 1e3:.1f} | "
-              f"{parts['steps'] * 1e3:.0f} | {parts['step median'] * 1e3:.2f} | {rest * 1e3:.3f} |")
+    print("\nThe fast engine's loop, split (medians over the same rounds; ms):\n")
+    print("| batch | new tokens | greedy_decode | written out | start (encoder, cross K/V) | all steps "
+          "| one step | its products alone | one step - products | loop - start - steps, per token |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for batch, n, loop, p in splits:
+        print(f"| {batch} | {n} | {loop * 1e3:.0f} | {p['loop'] * 1e3:.0f} | {p['start'] * 1e3:.1f} | "
+              f"{p['steps'] * 1e3:.0f} | {p['step'] * 1e3:.2f} | {p['products'] * 1e3:.2f} | "
+              f"{(p['step'] - p['products']) * 1e3:.2f} | {p['rest'] / n * 1e3:.3f} |")
 
 
 if __name__ == "__main__":
