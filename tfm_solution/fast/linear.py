@@ -8,8 +8,9 @@ stored once in the layout its kernel reads fastest (measured in ``benchmarks/pre
 * ``DenseLinear`` with several rows (a batch, or beams): MKL's packed GEMM (``cblas_sgemm_compute``
   through ``torch.ops.mkl._mkl_linear``, the kernel ``torch.compile`` uses for frozen float32
   weights). The weight is re-laid once, for one row count, by ``prepare(rows)``; a packed copy takes
-  three to four times the bytes of a base-size weight, so only the latest row count is kept, and
-  small weights (whose packed copies would be many times larger) are not packed. Where PyTorch
+  3 to 9 times the bytes of a base-size weight (about 430 MB for the base decoder's 105 MB), so
+  only the latest row count is kept, and small weights (whose packed copies would be many times
+  larger) are not packed; ``InferenceEngine(model, prepack=False)`` saves that memory. Where PyTorch
   has no MKL (ARM laptops), or for bfloat16, the product stays ``addmm``.
 * ``Int8Linear``: dynamic int8 (``torch.ops.quantized.linear_dynamic``, FBGEMM on x86). The weight is
   quantized once, symmetrically per output row (``scale_j = max_k |W_jk| / 127``); at each call the
@@ -29,10 +30,12 @@ import torch
 # MKL's packed GEMM needs PyTorch built with both MKL and oneDNN (x86 wheels are).
 MKL_PACKING = torch.backends.mkl.is_available() and torch.backends.mkldnn.is_available() and hasattr(
     torch.ops.mkl, "_mkl_linear")
-# MKL packs into panels of a fixed size, about 8 MB at the least: a base-size weight (512 x 2048)
-# packs into 3 to 4 times its bytes, a small one (128 x 128) into more than 100 times, for a gain
-# of a tenth at most. Weights whose packed copy exceeds this many times their size stay unpacked.
-PACKED_SIZE_LIMIT = 4
+# MKL packs into panels of a fixed size, about 8 MB at the least: a base-size weight packs into 3 to
+# 9 times its bytes (512 x 2048: 3.9x, 512 x 512: 8.8x), the course model's small ones (128 x 128)
+# into more than 100 times, for a gain of a tenth at most. Weights whose packed copy exceeds this
+# many times their size stay unpacked (benchmarks/prepacked_products.py measured the base step's
+# products at batch 8: 0.58x F.linear's time all packed, 0.83x with the 512 x 512 ones left out).
+PACKED_SIZE_LIMIT = 10
 
 
 def int8_available() -> bool:
