@@ -80,7 +80,8 @@ def main() -> None:
     first = pad_batch(srcs[:BATCH])
     mask = (first != PAD).unsqueeze(-2)
     n = first.size(1) + EXTRA
-    assert torch.equal(fp32.greedy_decode(first, mask, n, BOS, EOS, PAD), greedy_decode(model, first, mask, n, BOS, EOS, PAD))
+    assert torch.equal(fp32.greedy_decode(first, mask, n, BOS, EOS, PAD),
+                       greedy_decode(model, first, mask, n, BOS, EOS, PAD))
     assert [h[0].tokens for h in fp32.beam_search(first, mask, n, BOS, EOS, beam_size=BEAM, alpha=ALPHA)] == \
         [h[0].tokens for h in beam_search(model, first, mask, n, BOS, EOS, beam_size=BEAM, alpha=ALPHA)]
 

@@ -273,7 +273,8 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in t.items()}
         hf_cells = (f"{med['hf']:.2f}", f"{ratio(t, 'hf', 'fast'):.2f}x") if hf is not None else ("—", "—")
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"| {batch} | {n} | {med['ct2']:.2f} | {med['ct2 int8']:.2f} | {med['fast']:.2f} | {med['fast int8']:.2f} "
+        print(f"| {batch} | {n} | {med['ct2']:.2f} | {med['ct2 int8']:.2f} | {med['fast']:.2f} "
+              f"| {med['fast int8']:.2f} "
               f"| {hf_cells[0]} | **{ratio(t, 'fast', 'ct2'):.2f}x** | **{ratio(t, 'fast int8', 'ct2 int8'):.2f}x** "
               f"| {hf_cells[1]} | {load} |", flush=True)
         splits.append((batch, n, med["fast"], split.medians()))

@@ -448,7 +448,8 @@ def test_packed_batches_give_the_chapters_tokens():
 
 def _course_val_set():
     """The 40 validation pairs chapter 10 ships (no dataset needed) as a padded batch."""
-    pairs = json.loads((Path(tfm_solution.__file__).parent / "assets" / "decoding_quality.json").read_text())["val_pairs"]
+    path = Path(tfm_solution.__file__).parent / "assets" / "decoding_quality.json"
+    pairs = json.loads(path.read_text())["val_pairs"]
     model, tok = load_course_model()
     src = pad_batch([tok.encode_src(s) for s, _ in pairs])
     return model, tok, src, (src != PAD).unsqueeze(-2), [r for _, r in pairs]

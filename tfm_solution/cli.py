@@ -60,9 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     tr.add_argument("--no-cache", action="store_true", help="decode without the KV cache (slower, same output)")
     tr.add_argument("--int8", action="store_true",
-                    help="decode on the CPU with int8 weights (tfm_solution.fast): a quarter of the weights' bytes, "
-                         "faster; a few tokens change (the course model's test BLEU stays within 0.3 of float32, "
-                         "benchmarks/RESULTS.md); chapter 11's memory calculator counts int8 bytes")
+                    help="decode on the CPU with int8 weights (tfm_solution.fast): a quarter of the weights' bytes; "
+                         "a few tokens change (the course model's test BLEU stays within 0.3 of float32, "
+                         "benchmarks/RESULTS.md); the KV cache stays float32 (chapter 11's memory calculator)")
     tr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     tr.add_argument("--top-k", type=int, help="sample from the k most likely tokens only")
     tr.add_argument("--top-p", type=float, help="sample from the smallest set of tokens with mass >= p")

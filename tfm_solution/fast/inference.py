@@ -1,21 +1,24 @@
 """A decoding engine over the model's weights: the same tokens as ``decoding``, fewer and cheaper kernels.
 
-At batch 1 a cached decoding step is about fifty matrix-vector products that each stream a weight
-matrix from memory; PyTorch's CPU kernel for ``F.linear`` reads an ``(out, in)`` weight well below
-the memory bandwidth, and ``x @ W_t`` with the weight stored ``(in, out)`` reads it faster. So the
-engine keeps, built once and rebuilt when the model's parameters change:
+A cached decoding step is about fifty products with weights that never change, then small
+operations around them. So the engine keeps, built once and rebuilt when the model's parameters
+change:
 
-* each decoder layer's Q/K/V projections as one ``(d_model, 3 d_model)`` matrix, and its other
-  projections, transposed; the generator's projection transposed; the target embedding pre-scaled;
+* every projection as a kernel object of ``linear`` (the layout each kernel reads fastest:
+  transposed for one row, MKL-packed for a batch, or int8 with ``int8=True``), each encoder and
+  decoder layer's Q/K/V projections fused into one; the target embedding pre-scaled;
 * the cross-attention K/V projections of all layers as one matrix, applied to the encoder memory
   once per sentence; the cross-attention's additive mask, built once per sentence;
 * a preallocated self-attention cache ``StaticKVCache`` with a length pointer (the notes' §7.5),
-  in place of the concatenation that ``kv_cache.KVCache`` does at every step.
+  in place of the concatenation that ``kv_cache.KVCache`` does at every step, and its per-layer
+  views made once per sentence.
+
+It runs under ``torch.inference_mode`` (no autograd bookkeeping on each small operation).
 
 It computes as the model does in eval mode (no dropout), with either LayerNorm flavour and either
 norm position. ``greedy_decode``, ``sample`` and ``beam_search`` take the arguments of the functions
 of the same name in ``tfm_solution.decoding`` (without ``model`` and ``use_cache``) and give the
-same tokens.
+same tokens in float32; with ``int8=True`` a few tokens change (``benchmarks/RESULTS.md``).
 
     engine = InferenceEngine(model)
     ys = engine.greedy_decode(src, src_mask, max_len=60, start_symbol=BOS, end_symbol=EOS)

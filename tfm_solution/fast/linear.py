@@ -105,7 +105,8 @@ class Int8Linear:
         w = weight.detach().float()
         out = w.size(0)
         self.scale = (w.abs().amax(1) / 127).clamp_min(torch.finfo(torch.float32).tiny)  # (out,)
-        with warnings.catch_warnings():  # PyTorch announces a successor API for quantized tensors; this is the one it has
+        # PyTorch warns that quantized tensors will get a successor API; this is the API it has today.
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             q = torch.quantize_per_channel(w, self.scale.double(), torch.zeros(out, dtype=torch.long), 0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(q, bias.detach().float())
