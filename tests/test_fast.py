@@ -491,6 +491,8 @@ def test_int8_engine_refuses_what_it_cannot_do():
     model = small_model()
     with pytest.raises(ValueError, match="float32"):
         InferenceEngine(model, torch.bfloat16, int8=True)
+    with pytest.raises(ValueError, match="compile"):
+        InferenceEngine(model, int8=True).compile()
 
 
 def test_translate_int8_on_the_command_line(capsys):

@@ -343,6 +343,9 @@ class InferenceEngine:
         new batch size, source length or cache length compiles once, then steps reuse it.
         ``cache_len``: give every cache at least that many positions, so that one compilation
         serves every output length up to it."""
+        if self.int8:
+            raise ValueError("compile is for the floating-point engine: torch.compile cannot trace the int8 "
+                             "kernel's packed weights")
         self.fixed_shape = True
         self.cache_len = cache_len
         self._step = torch.compile(self._step, dynamic=False, **options)
