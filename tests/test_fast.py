@@ -493,6 +493,8 @@ def test_int8_engine_refuses_what_it_cannot_do():
         InferenceEngine(model, torch.bfloat16, int8=True)
     with pytest.raises(ValueError, match="compile"):
         InferenceEngine(model, int8=True).compile()
+    with pytest.raises(ValueError, match="CPU"):
+        InferenceEngine(copy.deepcopy(model).to("meta"), int8=True)
 
 
 def test_translate_int8_on_the_command_line(capsys):

@@ -215,6 +215,8 @@ class InferenceEngine:
                  int8: bool = False, prepack: bool = True) -> None:
         if int8 and dtype not in (None, torch.float32):
             raise ValueError(f"the int8 engine computes its activations in float32; got dtype={dtype}")
+        if int8 and next(model.parameters()).device.type != "cpu":
+            raise ValueError("the int8 engine runs on the CPU: move the model there first (model.cpu())")
         if int8 and not int8_available():
             raise RuntimeError("this PyTorch build has no quantized engine, so no int8 linear kernel; "
                                "decode in float32 instead")

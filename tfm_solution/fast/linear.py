@@ -54,7 +54,7 @@ class DenseLinear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, dtype: torch.dtype, prepack: bool = True) -> None:
         self.weight_t = weight.detach().t().to(dtype).contiguous()  # (in, out)
         self.bias = bias.detach().to(dtype)
-        self.prepack = prepack and MKL_PACKING and dtype == torch.float32
+        self.prepack = prepack and MKL_PACKING and dtype == torch.float32 and weight.device.type == "cpu"
         self.packed: torch.Tensor | None = None
         self.rows = 1
 
