@@ -217,7 +217,9 @@ def test_each_chapter_s_solution_scores_the_same_in_both_languages(tmp_path):
         shutil.copy(REPO / "solutions" / chapter / notebook, english / chapter / notebook)
         _chinese_solution(chapter, notebook, chinese)
     reports = {name: grade_path(folder) for name, folder in (("en", english), ("zh", chinese))}
-    seen = {name: [(t.name, t.score, t.max_score, t.status) for t in report.tests] for name, report in reports.items()}
+    # Every scored test; lines worth 0 points (a time measured on a busy machine) may differ.
+    seen = {name: [(t.name, t.score, t.max_score, t.status) for t in report.tests if t.max_score > 0]
+            for name, report in reports.items()}
     assert seen["zh"] == seen["en"]
     assert reports["zh"].score == reports["zh"].max_score == sum(e.points for e in REGISTRY)
     assert {t.name.split(" ")[0] for t in reports["zh"].tests} == {e.id for e in REGISTRY}
