@@ -10,7 +10,8 @@ how to label the link::
 
 Each content page gets the link at the top of its text and a ``<link rel="alternate">`` in its
 head. A relative ``html_search_options["dict"]`` (the Chinese site's search dictionary) is
-resolved against the book's folder, so the build works from any working directory.
+resolved against the book's folder, so the build works from any working directory, and the
+Chinese search index is built in linear time (``ChineseSearch``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 from sphinx.config import Config
+from sphinx.search import languages
+from sphinx.search.zh import SearchChinese
 
 
 def other_language_href(pagename: str, root_href: str) -> str:
@@ -46,7 +49,26 @@ def resolve_search_dictionary(app: Sphinx, config: Config) -> None:
         config.html_search_options = {**options, "dict": str(Path(app.srcdir) / options["dict"])}
 
 
+class _Words(set):
+    """A set that can be ``extend``-ed like the list Sphinx's Chinese search keeps."""
+
+    extend = set.update
+
+
+class ChineseSearch(SearchChinese):
+    """Sphinx's Chinese search, with its record of the Latin words seen kept as a set.
+
+    Sphinx 7 keeps it as a list that grows with the whole site and looks every indexed word up in
+    it, which made the search index half of the Chinese site's build time.
+    """
+
+    def init(self, options: dict[str, str]) -> None:
+        super().init(options)
+        self.latin_terms = _Words()
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
+    languages["zh"] = ChineseSearch
     app.add_config_value("language_links", {}, "html")
     app.connect("config-inited", resolve_search_dictionary)
     app.connect("html-page-context", add_link)

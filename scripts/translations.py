@@ -52,6 +52,7 @@ SITE = "zh"  # the generated Chinese course, beside the English one
 TRANSLATIONS = Path("translations") / LANGUAGE
 SETTINGS = TRANSLATIONS / "site.yml"
 HASH_LENGTH = 16
+TODO = "python scripts/translations.py todo"
 #: The note that stands above an English unit shown on a pending page.
 PENDING_NOTE = "> **译文待补**：这一部分还没有译成中文，下面是英文原文。"
 #: The search dictionary of the Chinese site: the termbase's Chinese terms, so that search finds
@@ -246,6 +247,7 @@ def translate_units(page: Page, translations: dict[str, Translation], is_pending
     outcome = Outcome(page.docname)
     shown: dict[str, str] = {}
     units = page.units()
+    sidecar = (TRANSLATIONS / f"{page.docname}.md").as_posix()
     for key, english in units.items():
         done = translations.get(key)
         if done is not None and done.source_hash == english_hash(english):
@@ -260,9 +262,9 @@ def translate_units(page: Page, translations: dict[str, Translation], is_pending
         if is_pending:
             outcome.pending.append(key)
         else:
-            outcome.problems.append(f"{page.docname}: cell {key}: {why} ({first_line!r})")
+            outcome.problems.append(f"{sidecar}: cell {key}: {why} ({first_line!r}); `{TODO} {page.docname}` lists what to translate")
     for key in sorted(set(translations) - set(units)):
-        outcome.problems.append(f"{page.docname}: cell {key}: translated, but the English page has no such cell")
+        outcome.problems.append(f"{sidecar}: cell {key}: translated, but the English page has no such cell")
     return shown, outcome
 
 

@@ -59,8 +59,8 @@ def test_a_changed_english_sentence_a_new_cell_and_a_deleted_one_are_named(tmp_p
 
     _edit_cell(release, "fbc2e413", change_a_sentence)
     problems = tr.generate(root, root, only=chapter)
-    assert problems == [f"chapters/{chapter}/embeddings: cell fbc2e413: the English changed since it was translated "
-                        "('# 1. Embeddings')"]
+    assert problems == [f"translations/zh/chapters/{chapter}/embeddings.md: cell fbc2e413: the English changed since it "
+                        f"was translated ('# 1. Embeddings'); `{tr.TODO} chapters/{chapter}/embeddings` lists what to translate"]
     # Until it is translated, the Chinese notebook shows that cell in English, under the note.
     shown = nbformat.read(root / "zh" / "chapters" / chapter / notebook, as_version=4)
     cell = next(c for c in shown.cells if c.id == "fbc2e413")
