@@ -46,9 +46,9 @@ def _course_copy(tmp_path: Path) -> Path:
     """A course root holding copies of what generation reads and writes."""
     root = tmp_path / "course"
     root.mkdir()
-    for name in ("solutions", "chapters", "figures"):
+    for name in ("solutions", "chapters", "figures", "appendix", "translations", "zh"):
         shutil.copytree(REPO / name, root / name)
-    for name in ("nbgrader_config.py", "README.md"):
+    for name in ("nbgrader_config.py", "README.md", "_toc.yml", "_config.yml", "intro.md", "how_to_use.md", "glossary.md"):
         shutil.copy(REPO / name, root)
     return root
 
@@ -147,7 +147,7 @@ def test_regenerating_changes_nothing(tmp_path):
     """`make chapters` on the committed state reproduces it byte for byte (so running it twice changes nothing)."""
     root = _course_copy(tmp_path)
     assert mc.generate(root, root, run=True) == []
-    for name in ("solutions", "chapters", "figures"):
+    for name in ("solutions", "chapters", "figures", "zh"):
         assert mc.differences(REPO / name, root / name) == [], name
     assert (root / "README.md").read_text() == (REPO / "README.md").read_text()
 
