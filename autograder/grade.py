@@ -347,7 +347,10 @@ class ExerciseRun:
         if errors and not any(n.startswith("error while running") for n in self.notes):
             self.notes += [f"error while running your code:\n\n{fenced(e)}" for e in errors]
         if not ready.get("found"):
-            raise _NotDefined(not_defined(self.exercise.name, ready.get("errors", [])))
+            # Every case meets the same missing name: each says why, and no worker runs for nothing.
+            self.load_failure = not_defined(self.exercise.name, ready.get("errors", []))
+            self._stop_worker()
+            raise _NotDefined(self.load_failure)
 
     def _stop_worker(self) -> None:
         if self.worker is not None:
@@ -409,7 +412,9 @@ def not_defined(name: str, errors: list[str]) -> str:
                 "limit counts only what your code allocates, beyond what the grader itself holds")
     if imports:
         why = imports[0][:400]
-        if any(f"`{package}" in why or f"'{package}" in why or f"{package}." in why for package in BLOCKED_PACKAGES):
+        blocked = any(f"`{package}" in why or f"'{package}" in why or f"{package}." in why
+                      for package in BLOCKED_PACKAGES)
+        if blocked and "not available while grading" not in why:  # (the worker's own refusal says so already)
             why += ("; importing the course's reference (`tfm_solution`) or the grader is not allowed in an answer: "
                     "what an exercise may use from earlier chapters is provided already")
         return f"{missing}: an import failed ({why})"

@@ -303,17 +303,16 @@ def own_address_space() -> int:
         return int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _set_limits(limits: dict) -> dict:
+def _set_limits(limits: dict, own: int) -> dict:
     """Set the resource limits; return how memory is limited (shown with the results).
 
-    The address-space limit is what the worker already holds, measured here just before student
-    code can run, plus the exercise's budget: it counts what the submission allocates, whatever
-    the build of torch reserved while importing.
+    The address-space limit is ``own`` (what the worker holds, measured before its sandbox is
+    closed, since /proc may be gone after) plus the exercise's budget: it counts what the
+    submission allocates, whatever the build of torch reserved while importing.
     """
     import resource
 
     mb = 1024 * 1024
-    own = own_address_space()
     resource.setrlimit(resource.RLIMIT_AS, (own + limits["memory_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
@@ -336,7 +335,7 @@ class _BlockImports:
 
             return importlib.machinery.ModuleSpec(fullname, self)
         if top in self.blocked:
-            raise ImportError(f"`{fullname}` cannot be imported while grading: an answer may not import the "
+            raise ImportError(f"`{fullname}` is not available while grading: an answer may not import the "
                               f"course's reference or its grader; write the exercise yourself")
         return None
 
@@ -592,9 +591,10 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     setup, setup_buffers = read_frame(req_fd)
     memory: dict = {}
     try:
+        own = own_address_space()
         weaker = _close_sandbox(setup, isolated)
         os.chdir(setup["cwd"])
-        memory = _set_limits(setup["limits"])
+        memory = _set_limits(setup["limits"], own)
         problems, also_weaker = _verify_sandbox(setup, isolated)
     except Exception as exc:  # noqa: BLE001 - any failed step: say which, and run nothing
         problems, weaker, also_weaker = [f"{type(exc).__name__}: {exc}"[:500]], [], []
