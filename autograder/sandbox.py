@@ -226,7 +226,10 @@ def covered_paths(hide: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]
     submission, the results and everyone's metadata).
     """
     cover = dict(_private_ancestors())
-    for folder in [REPO_ROOT.resolve(), *(Path(p) for p in hide)]:
+    # An installed grader's "project folder" is site-packages: covering it would take torch's
+    # modules that load lazily away from the worker; its own packages are hidden (hidden_paths).
+    project = [] if _installed() else [REPO_ROOT.resolve()]
+    for folder in [*project, *(Path(p) for p in hide)]:
         if not any(Path(top) == folder or Path(top) in folder.parents for top in cover):
             cover[str(folder)] = _kept(folder)
     return cover
@@ -234,15 +237,26 @@ def covered_paths(hide: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]
 
 def hidden_paths(extra: list[str | os.PathLike]) -> list[str]:
     """Directories a worker must not see: the harness, the reference, tests, submissions, results."""
-    candidates = [REPO_ROOT / name for name in ("autograder", "tfm_solution", "tests", "solutions", "chapters")]
+    packages = [(REPO_ROOT / name).resolve() for name in ("autograder", "tfm_solution")]
+    candidates = packages + [REPO_ROOT / name for name in ("tests", "solutions", "chapters")]
     candidates += [Path(p) for p in extra] + [Path("/root"), Path("/home")]
     hide = []
     for path in candidates:
         path = path.resolve()
-        # A folder inside the interpreter cannot be hidden without hiding the interpreter.
-        if path.is_dir() and path != Path("/") and not any(k == path or k in path.parents for k in _prefixes()):
+        # A folder inside the interpreter cannot be hidden without hiding the interpreter; the
+        # grader's own packages, installed in site-packages, hold nothing else.
+        if path.is_dir() and path != Path("/") and (path in packages or not _inside_interpreter(path)):
             hide.append(str(path))
     return list(dict.fromkeys(hide))
+
+
+def _inside_interpreter(path: Path) -> bool:
+    return any(k == path or k in path.parents for k in _prefixes())
+
+
+def _installed() -> bool:
+    """Whether this grader runs from an installed package (``pip install .``), not from a checkout."""
+    return _inside_interpreter(REPO_ROOT.resolve())
 
 
 def _split(hide: list[str]) -> tuple[dict[str, list[str]], list[str]]:

@@ -153,9 +153,10 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
 
     def nbgrader(*args):
-        run = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=course, env=env,
+        run = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"], cwd=course, env=env,
                              capture_output=True, text=True, timeout=600, check=False)
         assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout + run.stderr
 
     nbgrader("generate_assignment", "03_attention", "--force")
     answers = solution_answers(SOLUTION)
@@ -164,12 +165,17 @@ def test_nbgrader_autograde_gives_the_same_points(tmp_path):
     path = release_with(RELEASE, tmp_path / "submission", answers)
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(1, patch)
+    for cell in nb.cells:  # a locked test cell edited: nbgrader restores it, and must say so
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ch03-softmax-saturation-tests":
+            cell.source += "\nprint('edited')"
     nbformat.write(nb, path)
     nbgrader("db", "student", "add", "s1")
     target = course / "submitted" / "s1" / "03_attention"
     target.mkdir(parents=True)
     shutil.copy(path, target / "attention.ipynb")
-    nbgrader("autograde", "03_attention")
+    log = nbgrader("autograde", "03_attention")
+    changed = re.findall(r"Attribute '(\w+)' for cell ([\w-]+) has changed", log)
+    assert changed == [("checksum", "ch03-softmax-saturation-tests")], log[-3000:]  # the untouched one is quiet
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
