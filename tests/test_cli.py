@@ -73,6 +73,12 @@ def test_new_user_flow_train_translate_evaluate_copy(tmp_path, capsys, monkeypat
     for extra in (["--strategy", "beam", "--beam-size", "3"], ["--no-cache"]):
         assert main(["translate", str(out), "4 5 6 7 8 9 10 4 5 6", *extra]) == 0
         assert capsys.readouterr().out.strip() == greedy
+        # Options may also come between the checkpoint and the sentences.
+        assert main(["translate", str(out), *extra, "4 5 6 7 8 9 10 4 5 6", "5 6 7"]) == 0
+        assert capsys.readouterr().out.strip().splitlines()[0] == greedy
+    with pytest.raises(SystemExit):
+        main(["translate", str(out), "--strategy", "beam", "4 5 6", "--no-such-option"])
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
     monkeypatch.setattr("sys.stdin", io.StringIO("5 5 5\n\n6 7\n"))
     assert main(["translate", str(out), "--strategy", "sample", "--top-k", "2", "--seed", "1"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2

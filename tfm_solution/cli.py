@@ -151,7 +151,15 @@ def _bench(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # `translate CKPT --strategy beam "Ein Hund ..."`: argparse fills the sentence list when it reads the
+    # checkpoint, before the options, so a sentence after an option is left over; it is still a sentence.
+    if args.command == "translate":
+        args.sentences += [word for word in extra if not word.startswith("-")]
+        extra = [word for word in extra if word.startswith("-")]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         {"train": _train, "translate": _translate, "evaluate": _evaluate, "bench": _bench}[args.command](args)
     except (DataUnavailableError, FileNotFoundError, FileExistsError, ResumeMismatchError, UsageError) as err:
