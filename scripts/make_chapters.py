@@ -280,7 +280,7 @@ def with_exercise_table(readme: str) -> str:
 def differences(a: Path, b: Path) -> list[str]:
     """Files that differ between two trees, or exist in only one."""
     comparison = filecmp.dircmp(a, b)
-    found = [f"only in {a.name}: {n}" for n in comparison.left_only] + [f"only in regenerated: {n}" for n in comparison.right_only]
+    found = [f"only committed: {n}" for n in comparison.left_only] + [f"only in regenerated: {n}" for n in comparison.right_only]
     found += [f"differs: {n}" for n in comparison.diff_files]
     for sub, nested in comparison.subdirs.items():
         found += [f"{sub}/{d}" for d in differences(a / sub, b / sub)] if nested else []
