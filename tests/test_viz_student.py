@@ -1,8 +1,10 @@
 """The message above every widget says truthfully who drew it: a preview of the reference, the
 student's own code, or the reference standing in for a stub (``tfm_solution.viz.student``)."""
 
+import io
 import linecache
 import re
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -179,8 +181,18 @@ def _stub_names_called_in_plain_cells(path: Path) -> list[str]:
         if "raise NotImplementedError()" in cell.source:
             names += re.findall(r"^(?:def|class) (\w+)", cell.source, re.M)
         elif not cell.metadata.get("nbgrader", {}).get("grade_id"):
-            found += [f"cell {i}: {n}(" for n in names if re.search(rf"(?<![\w.]){n}\s*\(", cell.source)]
+            called = _called_names(cell.source)
+            found += [f"cell {i}: {n}(" for n in names if n in called]
     return found
+
+
+def _called_names(source: str) -> set[str]:
+    """Names called in ``source`` (a name token followed by an opening parenthesis, not an attribute),
+    read with Python's tokenizer, so that text inside strings does not count."""
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    return {a.string for prev, a, b in zip([None, *tokens], tokens, tokens[1:])
+            if a.type == tokenize.NAME and b.string == "(" and not (prev and prev.string == ".")}
 
 
 @pytest.mark.parametrize("chapter", sorted(p.parent.name for p in (REPO / "chapters").glob("*/*.ipynb")
@@ -194,6 +206,7 @@ def test_the_stub_call_check_can_fail(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("def gelu(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"),
         nbformat.v4.new_code_cell("widget(gelu)\nGELU = yours_or_reference(gelu)"),
+        nbformat.v4.new_code_cell('print("gelu(x) in a string")\nmodel.gelu(x)'),
         nbformat.v4.new_code_cell("y = gelu(x)")])
     nbformat.write(nb, tmp_path / "x.ipynb")
-    assert _stub_names_called_in_plain_cells(tmp_path / "x.ipynb") == ["cell 2: gelu("]
+    assert _stub_names_called_in_plain_cells(tmp_path / "x.ipynb") == ["cell 3: gelu("]
