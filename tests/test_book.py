@@ -267,3 +267,17 @@ def test_the_appendix_outputs_are_what_its_code_prints():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_the_introduction_shows_the_readmes_chapter_map_and_the_exercise_table_names_what_each_builds_on(site):
+    readme = (REPO / "README.md").read_text()
+    chapters = sorted(p.parent.name for p in (REPO / "chapters").glob("*/*.ipynb"))
+    intro = (site / "intro.html").read_text()
+    for chapter in chapters:   # the map is written once, in the README, and included by the introduction
+        assert f"chapters/{chapter}/" in readme.split("<!-- end of chapter-table -->")[0]
+        assert f'href="chapters/{chapter}/' in intro, chapter
+    rows = {line.split("|")[2].strip(" `"): line.split("|")[6].strip() for line in readme.splitlines()
+            if line.startswith("| [") and "`ch" in line}
+    assert rows["ch08.make_model"] == "1–7; `EncoderLayer`, `DecoderLayer`, `Decoder`"
+    assert rows["ch05.multiheaded_attention"].startswith("3; `split_heads`")
+    assert rows["ch01.embeddings"] == "none" and all(len(v) < 80 for v in rows.values())
