@@ -1,12 +1,14 @@
 """Export a trained run as the course model and write its model card (run by ``make course-model``).
 
-    python scripts/course_model.py RUN_FOLDER [--data-dir DIR]
+    python scripts/course_model.py [RUN_FOLDER] [--data-dir DIR]
 
-Exports RUN_FOLDER's best checkpoint (float16 weights, the shared tokenizer, the config and
-the metrics log) into ``tfm_solution/assets/course_model/``, then measures it on the CPU:
+Exports RUN_FOLDER's best checkpoint (float16 weights without the sinusoid tables, which loading
+rebuilds exactly; the shared tokenizer, the config and the metrics log) into
+``tfm_solution/assets/course_model/``, then measures it on the CPU:
 sacreBLEU on test_2016 with greedy and beam search, BLEU of the first 100 validation
 sentences (the figure the tests recompute), decoding speed, ten validation examples and an
-error analysis, written to ``card.json`` and ``MODEL_CARD.md`` in the same folder.
+error analysis, written to ``card.json`` and ``MODEL_CARD.md`` in the same folder. Without
+RUN_FOLDER it only measures the model already there and rewrites the card.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from tfm_solution.course_model import COURSE_MODEL_DIR, course_model_config, export_course_model, load_course_model
 from tfm_solution.data import UNK, load_multi30k, multi30k_dir
+from tfm_solution.encoder_decoder import make_model
 from tfm_solution.experiment import decode_texts
 
 COMMAND = ("python -m tfm_solution train --task multi30k --config course --device cpu --seed 0 --out runs/course"
@@ -50,8 +53,11 @@ def measure(data_dir: str | None) -> dict:
     folder = multi30k_dir(data_dir)
     test, val = load_multi30k("test", folder), load_multi30k("val", folder)
     model, tok = load_course_model()
-    params = sum(p.numel() for p in model.parameters())
-    files = {p.name: p.stat().st_size for p in COURSE_MODEL_DIR.iterdir() if p.is_file()}
+    params = sum(p.numel() for p in model.parameters())  # a tied matrix counts once
+    with torch.device("meta"):
+        untied = make_model(**{**course_model_config()["model"], "tie_embeddings": False})
+    files = {p.name: p.stat().st_size for p in COURSE_MODEL_DIR.iterdir()
+             if p.is_file() and p.name not in ("card.json", "MODEL_CARD.md")}  # what the card describes
 
     timed = {}
     hyps = {}
@@ -79,7 +85,7 @@ def measure(data_dir: str | None) -> dict:
     examples = [{"source": de, "reference": en, "output": o}
                 for (de, en), o in zip(val[:10], val_hyps[:10])]
     return {
-        "parameters": params, "bytes": files,
+        "parameters": params, "parameters_untied": sum(p.numel() for p in untied.parameters()), "bytes": files,
         "test_2016": {"sentences": len(test), "bleu_greedy": bleu(hyps["greedy"], refs),
                       f"bleu_beam{BEAM}": bleu(hyps["beam"], refs),
                       "seconds_greedy": timed["greedy"], f"seconds_beam{BEAM}": timed["beam"]},
@@ -125,8 +131,12 @@ cross-attention alignments, loss curves, translations and cached decoding.
   `{m['attention_kernel']}`; one shared BPE vocabulary of {m['src_vocab']} subwords (trained on the training split
   only) and tied embeddings (source, target and output projection share one matrix).
 - Special ids are the notes': `<s>` 0, `</s>` 1, `<blank>` 2 (padding), `<unk>` 3.
-- {figures['parameters']:,} parameters; weights stored as float16: {figures['bytes']['model.safetensors'] / 1e6:.2f} MB
-  (the whole folder: {size / 1e6:.2f} MB).
+- {figures['parameters']:,} parameters, because the three embedding-sized matrices are one (untied, the same
+  sizes would have {figures['parameters_untied']:,}); weights stored as float16:
+  {figures['bytes']['model.safetensors'] / 1e6:.2f} MB (with the tokenizer, the config and the training log: {size / 1e6:.2f} MB). The file holds the parameters
+  only: the positional encodings' sinusoid tables are buffers, which loading rebuilds from the
+  dimensions and rounds to float16 like the rest of the export, so that the loaded model is exactly
+  the one measured on this card.
 - Training: Adam (0.9, 0.98, 1e-9), the notes' schedule with factor {run['factor']} and {run['warmup']} warm-up steps,
   label smoothing {run['smoothing']}, batches of at most {run['max_tokens']} source and {run['max_tokens']} target
   positions, {run['epochs']} epochs ({log[-1]['step']} optimizer steps), seed {run['seed']}. The exported weights are
@@ -179,10 +189,11 @@ out of its depth, and it is far from a production system. Use it to look inside 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", type=Path, help="the training run's folder")
+    p.add_argument("run", type=Path, nargs="?", help="the training run's folder (none: re-measure the model there)")
     p.add_argument("--data-dir", help="Multi30k folder (else $MULTI30K_DIR)")
     args = p.parse_args()
-    export_course_model(args.run)
+    if args.run is not None:
+        export_course_model(args.run)
     figures = measure(args.data_dir)
     (COURSE_MODEL_DIR / "card.json").write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")
     (COURSE_MODEL_DIR / "MODEL_CARD.md").write_text(card(figures))

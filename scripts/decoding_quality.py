@@ -8,9 +8,11 @@ top-p 0.9). For each: sacreBLEU, the output length relative to the references, a
 to greedy search, all measured in this one process (CPU time of one thread: on a shared machine the
 wall clock also counts the time other jobs hold the CPU). For the strategies that
 can differ from run to run, five samples of the first 100 sentences give the share of distinct
-bigrams across samples (deterministic strategies repeat one output five times). It also checks that
-beam width 1 returns exactly greedy search's tokens, and stores 40 validation pairs for chapter 10's
-on-page checks (so the notebook runs without the dataset).
+bigrams across samples (deterministic strategies repeat one output five times). Every beam search
+is compared with greedy search by paired bootstrap resampling (sacreBLEU's, 1,000 resamples of the
+test sentences): the p-value says how often a difference as large would arise by chance. It also
+checks that beam width 1 returns exactly greedy search's tokens, and stores 40 validation pairs for
+chapter 10's on-page checks (so the notebook runs without the dataset).
 
 Writes ``tfm_solution/assets/decoding_quality.json`` (a few kilobytes); chapter 10 loads it.
 Seeded: the same machine gives the same numbers, except the times. Data: Multi30k from
@@ -27,6 +29,8 @@ from pathlib import Path
 
 import sacrebleu
 import torch
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
 
 from tfm_solution.course_model import load_course_model
 from tfm_solution.data import BOS, EOS, PAD, load_multi30k, multi30k_dir, pad_batch
@@ -109,6 +113,17 @@ def main() -> None:
         result_rows.append(entry)
         print(entry, flush=True)
 
+    # Paired bootstrap of each beam search against greedy search (the baseline is the first system).
+    texts = {row["name"]: [tok.decode_tgt(ids) for ids in row["ids"]] for row in rows if row["name"] in outputs}
+    compared = [name for name in texts if name.startswith("beam") and name != "beam 1"]
+    _, scores = PairedTest([("greedy", texts["greedy"]), *((n, texts[n]) for n in compared)], {"BLEU": BLEU()},
+                           [refs], test_type="bs", n_samples=1000)()
+    for name, score in zip(compared, scores["BLEU"][1:]):
+        entry = next(e for e in result_rows if e["name"] == name)
+        entry["p_vs_greedy"] = round(score.p_value, 4)
+        entry["bleu_ci95"] = round(score.ci, 2)
+        print(name, "p =", entry["p_vs_greedy"], flush=True)
+
     val = load_multi30k("val", folder)[:40]
     result = {
         "command": "python scripts/decoding_quality.py",
@@ -117,7 +132,9 @@ def main() -> None:
         "rows": result_rows,
         "width1_equals_greedy": outputs["beam 1"] == outputs["greedy"],
         "val_pairs": [list(p) for p in val],
-        "note": "times are ratios of CPU time to greedy search's, measured in the same process; one thread",
+        "note": "times are ratios of CPU time to greedy search's, measured in the same process; one thread. "
+                "p_vs_greedy: paired bootstrap (sacreBLEU, 1,000 resamples, seed 12345) against greedy search; "
+                "bleu_ci95: half-width of the 95% bootstrap interval of the row's BLEU",
     }
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
     print(f"wrote {args.out}")

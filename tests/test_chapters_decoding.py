@@ -96,4 +96,8 @@ def test_the_measurements_file_has_every_row_the_notebook_prints():
     # deterministic strategies repeat one output: about 1 / 5 of the bigrams are distinct
     assert greedy["distinct2"] <= 0.21 and all(r["distinct2"] > greedy["distinct2"] for r in data["rows"]
                                                if r["name"].startswith("sample"))
+    # every beam search but width 1 carries its paired-bootstrap p-value against greedy search
+    tested = {r["name"] for r in data["rows"] if "p_vs_greedy" in r}
+    assert tested == {f"beam {w}" for w in range(2, 9)} | {"beam 4, alpha 0"}
+    assert all(0 < r["p_vs_greedy"] <= 1 for r in data["rows"] if "p_vs_greedy" in r)
 

@@ -105,3 +105,6 @@ def test_the_timing_file_has_what_the_notebook_prints():
         assert all(r["speedup"] == pytest.approx(r["uncached_s"] / r["cached_s"]) for r in entry["rows"])
         assert set(entry["fitted_exponent"]) == {"cached", "uncached"}
         assert entry["layout"]["length"] == lengths[-1]
+    real = data["sentences"]
+    assert real["count"] == 40 and [r["batch"] for r in real["rows"]] == [1, 40]
+    assert all(r["speedup"] == pytest.approx(r["uncached_s"] / r["cached_s"]) for r in real["rows"])

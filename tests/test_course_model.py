@@ -27,9 +27,17 @@ def test_weights_load_into_make_model_with_strict_keys_and_fit_the_budget():
     saved = load_file(str(COURSE_MODEL_DIR / "model.safetensors"))
     assert all(t.dtype == torch.float16 for t in saved.values())
     expected = set(model.state_dict())
-    # safetensors stores a tied matrix once; the names it keeps are among the model's own
-    assert set(saved) <= expected and len(expected - set(saved)) == 2
+    # safetensors stores a tied matrix once (the name it keeps is among the model's own), and the file
+    # holds no sinusoid tables: loading rebuilds them, rounded to float16 like the rest of the export
+    assert set(saved) <= expected
+    assert expected - set(saved) == {"src_embed.0.lut.weight", "tgt_embed.0.lut.weight", "src_embed.1.pe",
+                                     "tgt_embed.1.pe"}
     loaded, tok = load_course_model()
+    d, pos = cfg["model"]["d_model"], torch.arange(5000, dtype=torch.float64)[:, None]
+    angle = pos * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    table = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(5000, d)   # sin, cos interleaved
+    for embed in (loaded.src_embed, loaded.tgt_embed):
+        assert torch.equal(embed[1].pe[0], table.float().half().float())
     assert not loaded.training and loaded.src_embed[0].lut.weight is loaded.generator.proj.weight
     assert sum(p.stat().st_size for p in COURSE_MODEL_DIR.iterdir()) <= 16 * 2**20
     assert tok.src is tok.tgt and [tok.src.token_to_id(t) for t in ("<s>", "</s>", "<blank>", "<unk>")] == [0, 1, 2, 3]

@@ -53,6 +53,18 @@ def test_ffn_inputs_record_every_layer_on_the_sentence_and_its_translation(cours
     assert all(not m._forward_pre_hooks for m in model.modules()), "hooks are removed afterwards"
 
 
+def test_encoder_inputs_of_a_padded_batch_are_each_sentences_own(course):
+    model, tok = course
+    sentences = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee auf einer Wiese."]
+    batch = ch6.encoder_ffn_inputs(model, tok, sentences)
+    alone = [ch6.ffn_inputs(model, tok, s)[: len(model.encoder.layers)] for s in sentences]
+    assert [e.layer for e in batch] == [e.layer for e in alone[0]]
+    for j, entry in enumerate(batch):
+        assert entry.tokens == alone[0][j].tokens + alone[1][j].tokens   # no padding positions
+        torch.testing.assert_close(entry.x, torch.cat([alone[0][j].x, alone[1][j].x]), atol=1e-5, rtol=1e-5)
+    assert all(not m._forward_pre_hooks for m in model.modules()), "hooks are removed afterwards"
+
+
 def test_hidden_activations_are_what_the_students_forward_feeds_into_w_2(course):
     model, tok = course
     entry = ch6.ffn_inputs(model, tok, "Zwei Hunde spielen.")[1]

@@ -1,8 +1,10 @@
 """The message above every widget says truthfully who drew it: a preview of the reference, the
 student's own code, or the reference standing in for a stub (``tfm_solution.viz.student``)."""
 
+import io
 import linecache
 import re
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -140,3 +142,71 @@ def test_released_notebooks_show_the_preview_wording_never_your_own(chapter):
     views = sum(_VIEW in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert views and len(banners) >= views, f"{chapter}: {len(banners)} banners for {views} widgets"
     assert all("Preview drawn with the reference" in t for t in banners), banners
+
+
+# ----------------------------------------------------------------------------- the chapters' check cells
+
+def test_check_cells_run_the_reference_while_the_answer_is_a_stub_and_say_so_once(capsys):
+    from tfm_solution import make_model, rate
+    from tfm_solution.viz.checks import ANSWERS, yours_or_reference
+
+    stub = _define("def rate(step, model_size, factor, warmup):\n    raise NotImplementedError()\n", "rate", "k1")
+    assert yours_or_reference(stub) is rate and yours_or_reference(stub) is rate
+    printed = capsys.readouterr().out
+    assert printed.count("still a stub") == 1 and "reference `rate`" in printed
+    mine = _define("def rate(step, model_size, factor, warmup):\n    return reference(step, model_size, factor, warmup)\n",
+                   "rate", "k2")
+    mine.__globals__["reference"] = rate
+    assert yours_or_reference(mine) is mine and "your own `rate`" in capsys.readouterr().out
+    wrong = _define("def rate(step, model_size, factor, warmup):\n    return 1.0\n", "rate", "k3")
+    assert yours_or_reference(wrong) is wrong and "differ" in capsys.readouterr().out
+    before = torch.random.get_rng_state()
+    yours_or_reference(make_model)           # the probe seeds torch; the kernel's generator is left alone
+    assert torch.equal(before, torch.random.get_rng_state())
+    with pytest.raises(ValueError, match="no reference"):
+        yours_or_reference(lambda x: x)
+    # every reference answers its own probe (a probe that crashed on a correct answer would blame students)
+    for name, (reference, probe) in ANSWERS.items():
+        assert probe(reference) is not None, name
+
+
+def _stub_names_called_in_plain_cells(path: Path) -> list[str]:
+    """Code cells of a released notebook that call an exercise's name directly although they are not
+    graded: in a fresh student notebook that name is a stub, and the cell would stop with a traceback."""
+    nb = nbformat.read(path, as_version=4)
+    names, found = [], []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if "raise NotImplementedError()" in cell.source:
+            names += re.findall(r"^(?:def|class) (\w+)", cell.source, re.M)
+        elif not cell.metadata.get("nbgrader", {}).get("grade_id"):
+            called = _called_names(cell.source)
+            found += [f"cell {i}: {n}(" for n in names if n in called]
+    return found
+
+
+def _called_names(source: str) -> set[str]:
+    """Names called in ``source`` (a name token followed by an opening parenthesis, not an attribute),
+    read with Python's tokenizer, so that text inside strings does not count."""
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    return {a.string for prev, a, b in zip([None, *tokens], tokens, tokens[1:])
+            if a.type == tokenize.NAME and b.string == "(" and not (prev and prev.string == ".")}
+
+
+@pytest.mark.parametrize("chapter", sorted(p.parent.name for p in (REPO / "chapters").glob("*/*.ipynb")
+                                           if p.parent.name >= "05"))
+def test_a_fresh_student_notebook_calls_its_stubs_only_in_exercise_cells(chapter):
+    (path,) = (REPO / "chapters" / chapter).glob("*.ipynb")
+    assert _stub_names_called_in_plain_cells(path) == []
+
+
+def test_the_stub_call_check_can_fail(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("def gelu(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"),
+        nbformat.v4.new_code_cell("widget(gelu)\nGELU = yours_or_reference(gelu)"),
+        nbformat.v4.new_code_cell('print("gelu(x) in a string")\nmodel.gelu(x)'),
+        nbformat.v4.new_code_cell("y = gelu(x)")])
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert _stub_names_called_in_plain_cells(tmp_path / "x.ipynb") == ["cell 3: gelu("]

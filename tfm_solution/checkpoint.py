@@ -19,8 +19,12 @@ next save. The metrics log lives inside the checkpoint, so an epoch is logged ex
 checkpoint exists: never lost, never repeated by a resume.
 
 An exported model (``export_model``; the course model is one) is flat: ``config.json``,
-``model.safetensors``, the tokenizer file(s) and, optionally, ``metrics.jsonl``.
-``load_checkpoint`` reads both kinds.
+``model.safetensors``, the tokenizer file(s) and, optionally, ``metrics.jsonl``. Its weights leave out
+the sinusoid tables (the ``pe`` buffers of the positional encodings): they are no parameters, and
+``make_model`` rebuilds them from the dimensions in ``config.json``. Loading rounds the rebuilt tables
+to the precision the weights were exported in, as an export of the whole model would have, so an
+exported model loads as exactly the model that was measured. ``load_checkpoint`` reads both kinds,
+with or without tables.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from safetensors.torch import load_model, save_model
 
 from .data import TokenizerPair
 from .encoder_decoder import EncoderDecoder, make_model
+from .positional_encoding import PositionalEncoding
 from .training import TrainState
 
 CHECKPOINTS = "checkpoints"
@@ -175,16 +180,26 @@ def resume_checkpoint(folder: Path, model: EncoderDecoder, optimizer: torch.opti
     return progress
 
 
+def rebuilt_buffers(model: torch.nn.Module) -> set[str]:
+    """The ``state_dict`` keys that ``make_model`` rebuilds exactly from the model's dimensions: the
+    positional encodings' sinusoid tables. An export leaves them out of its weights file."""
+    return {f"{name}.pe" for name, module in model.named_modules() if isinstance(module, PositionalEncoding)}
+
+
 def export_model(folder: Path, model: EncoderDecoder, meta: dict[str, Any], tokenizers: TokenizerPair,
                  dtype: torch.dtype = torch.float32, metrics: list[dict[str, Any]] | None = None) -> None:
-    """Write ``model`` as a flat folder (``config.json``, ``model.safetensors`` in ``dtype``, the
-    tokenizer(s), ``metrics.jsonl``), replacing ``folder`` atomically."""
+    """Write ``model`` as a flat folder (``config.json``, ``model.safetensors`` in ``dtype`` without the
+    sinusoid tables, the tokenizer(s), ``metrics.jsonl``), replacing ``folder`` atomically."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = folder.with_name(folder.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
     with atomic_folder(staging) as tmp:
-        save_model(copy.deepcopy(model).to(dtype), str(tmp / "model.safetensors"))
+        exported = copy.deepcopy(model).to(dtype)
+        for module in exported.modules():
+            if isinstance(module, PositionalEncoding):
+                module.register_buffer("pe", None)  # a None buffer is left out of the state_dict
+        save_model(exported, str(tmp / "model.safetensors"))
         tokenizers.save(tmp)
         (tmp / "config.json").write_text(json.dumps({**meta, "dtype": str(dtype).removeprefix("torch.")}, indent=2))
         if metrics is not None:
@@ -218,6 +233,16 @@ def load_checkpoint(folder: Path, device: torch.device | str = "cpu"
         raise FileNotFoundError(f"{folder} is not a checkpoint (no run.json or config.json); train one with "
                                 f"`python -m tfm_solution train --out {folder}`")
     model = make_model(**meta["model"])
-    load_model(model, str(weights / "model.safetensors"))  # float16 weights are copied into float32 ones
+    # float16 weights are copied into float32 ones; a file without the sinusoid tables keeps the exact
+    # ones make_model built, and anything else missing or unexpected is an error
+    missing, unexpected = load_model(model, str(weights / "model.safetensors"), strict=False)
+    rebuilt = set(missing) & rebuilt_buffers(model)
+    if set(missing) - rebuilt or unexpected:
+        raise RuntimeError(f"{weights / 'model.safetensors'} does not fit the model of its config: missing "
+                           f"{sorted(set(missing) - rebuilt)}, unexpected {sorted(unexpected)}")
+    exported_as = getattr(torch, meta.get("dtype", "float32"))
+    with torch.no_grad():
+        for name in rebuilt:  # at the export's precision, like every other tensor of the file
+            model.get_buffer(name).copy_(model.get_buffer(name).to(exported_as))
     model.to(device).eval()
     return model, meta, TokenizerPair.load(folder), state

@@ -14,11 +14,11 @@ import ipywidgets as widgets
 import torch
 from matplotlib.figure import Figure
 
-from ..decoding import BeamTrace, beam_search, sample
+from ..decoding import BeamTrace, _autoregress, beam_search
 from ..decoding import beam_step as reference_beam_step
 from ..decoding import top_k_top_p_filter as reference_filter
 from .frames import Frame, FramePlayer, as_widget, control_index_trait, figure_png
-from .student import resolve
+from .student import Resolved, resolve
 
 _KEPT, _DROPPED, _BAR = "#2563eb", "#d1d5db", "#93c5fd"
 
@@ -63,8 +63,9 @@ def _filter_probe(fn: Callable) -> torch.Tensor:
 
 
 def _entropy(probs: torch.Tensor) -> float:
+    """In nats; never negative (a single surviving token gives 0, not a rounding-error -0.00)."""
     p = probs[probs > 0]
-    return float(-(p * p.log()).sum())
+    return max(0.0, float(-(p * p.log()).sum()))
 
 
 def _shaping_frame(logits: torch.Tensor, labels: Sequence[str], kept_logits: torch.Tensor, show: int,
@@ -141,21 +142,26 @@ def _beam_probe(fn: Callable) -> tuple[torch.Tensor, ...]:
     return tuple(fn(scores, log_probs, 3))
 
 
+#: 7 inches at 96 dots per inch: 672 pixels, the width of the book's text column.
+TREE_DPI = 96
+
+
 def _tree_figure(trace: list[BeamTrace], labels: Callable[[int], str], width: int,
                  best: list[tuple[str, float, float]], pruned_shown: int) -> Figure:
     """The search from top to bottom, one row per step, candidates by rank from left to right: open
     beams as blue dots linked to their parents, finished hypotheses as red squares, the best pruned
-    candidates as grey crosses; the n-best list below. 10 inches wide, so a page shows it at its size."""
+    candidates as grey crosses; the n-best list below. 7 inches wide: at ``TREE_DPI`` it fits the page's
+    column at its own size, so a 9-point label is 12 pixels tall on screen."""
     steps = len(trace)
     columns = width + pruned_shown
     text_height = 0.3 + 0.2 * len(best)  # inches for the n-best list under the tree
-    height = 1.0 + 0.5 * steps + text_height
-    fig = Figure(figsize=(10, height))
+    height = 1.1 + 0.62 * steps + text_height
+    fig = Figure(figsize=(7, height))
     ax = fig.subplots()
     ax.axis("off")
     x_of = {0: 0.0}  # open slot of the previous step -> its column
     ax.plot([0], [0], "o", color="#111827", ms=5)
-    ax.text(0.08, 0, "<s>", fontsize=8, va="center")
+    ax.text(0.08, 0, "<s>", fontsize=9, va="center")
     for s, step in enumerate(trace, start=1):
         columns_now, slot = {}, 0
         for rank in range(min(columns, step.cand_scores.size(1))):
@@ -174,17 +180,17 @@ def _tree_figure(trace: list[BeamTrace], labels: Callable[[int], str], width: in
                 colour, marker, edge = "#9ca3af", "x", "#e5e7eb"
             ax.plot([px, x], [-(s - 1), -s], "-", color=edge, lw=1.1 if marker != "x" else 0.6)
             ax.plot([x], [-s], marker, color=colour, ms=5 if marker != "x" else 4)
-            ax.text(x + 0.07, -s, f"{labels(token)} {score:.2f}", fontsize=8 if marker != "x" else 7,
-                    color=colour, va="center")
+            ax.text(x + 0.08, -s, f"{labels(token)}\n{score:.2f}", fontsize=9 if marker != "x" else 8,
+                    color=colour, va="center", linespacing=1.05)
         x_of = columns_now
     lines = [f"{i + 1}. {text}   (log p = {lp:.2f}, score = {sc:.2f})" for i, (text, lp, sc) in enumerate(best)]
-    ax.set_title(f"beam width {width}, one row per step, best candidate on the left: blue = open beams,\n"
-                 "red squares = finished hypotheses (they leave the beam), grey x = pruned candidates; "
-                 "numbers: summed log-probabilities", fontsize=8, loc="left")
-    fig.text(0.01, 0.08 / height, "\n".join(lines), fontsize=8, va="bottom", family="monospace")
+    ax.set_title(f"beam width {width}, one row per step, best candidate on the left:\nblue = open beams, "
+                 "red squares = finished (they leave the beam), grey x = pruned;\nnumbers: summed "
+                 "log-probabilities", fontsize=9, loc="left")
+    fig.text(0.01, 0.08 / height, "\n".join(lines), fontsize=9, va="bottom", family="monospace")
     ax.set_xlim(-0.2, columns - 0.1)
     ax.set_ylim(-steps - 0.4, 0.4)
-    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.5 / height, bottom=text_height / height)
+    fig.subplots_adjust(left=0.01, right=0.99, top=1 - 0.75 / height, bottom=text_height / height)
     return fig
 
 
@@ -219,7 +225,7 @@ def beam_tree(
         hyps = beam_search(model, src, src_mask, max_len, start_symbol, end_symbol, beam_size=width, alpha=alpha,
                            n_best=min(3, width), trace=trace, step_fn=used.fn)[0]
         best = [(decode(h.tokens[1:]), h.log_prob, h.score) for h in hyps]
-        return figure_png(_tree_figure(trace, piece, width, best, pruned_shown), dpi=64)
+        return figure_png(_tree_figure(trace, piece, width, best, pruned_shown), dpi=TREE_DPI)
 
     caption = widgets.HTML(f"<i>Length penalty &alpha; = {alpha:g}; the numbers are summed log-probabilities.</i>")
     return FramePlayer(slider, render, len(widths), header=[used.banner(), caption])
@@ -233,19 +239,59 @@ def distinct_ngrams(sentences: Sequence[Sequence[str]], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def sampling_explorer(samples: dict[float, list[str]], greedy: str, reference: str) -> FramePlayer:
-    """A temperature slider over precomputed samples of one translation, with their distinct bigrams.
+#: The sampling widget's settings: temperatures, and top-p off (None) or on.
+SAMPLE_TEMPERATURES = (0.5, 1.0, 1.5, 2.0)
+SAMPLE_TOP_PS = (None, 0.9)
+
+
+def draw_samples(model: torch.nn.Module, src: torch.Tensor, src_mask: torch.Tensor, max_len: int,
+                 start_symbol: int, end_symbol: int, pad: int, decode: Callable[[list[int]], str],
+                 top_k_top_p_filter: Callable | None = None, temperatures: Sequence[float] = SAMPLE_TEMPERATURES,
+                 top_ps: Sequence[float | None] = SAMPLE_TOP_PS, seed: int = 0) -> tuple[dict, Resolved]:
+    """Sample a translation of every row of ``src`` at each temperature, with and without top-p.
+
+    Each token is drawn from ``softmax(filter(log_probs / T, top_p=p))`` with the student's
+    ``top_k_top_p_filter`` (the reference while it is a stub), one generator seeded with ``seed``
+    per setting: with the reference filter this is exactly ``decoding.sample``.
+
+    Returns:
+        ``({(T, p): [text per row of src]}, how the filter was resolved)``; ``p`` None means no filter.
+    """
+    used = resolve(top_k_top_p_filter, reference_filter, _filter_probe, "top_k_top_p_filter")
+    samples = {}
+    for t in temperatures:
+        for p in top_ps:
+            generator = torch.Generator().manual_seed(seed)
+
+            def choose(log_probs: torch.Tensor, t: float = t, p: float | None = p,
+                       generator: torch.Generator = generator) -> torch.Tensor:
+                logits = log_probs / t if p is None else used.fn(log_probs / t, top_p=p)
+                return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+            with torch.no_grad():
+                rows = _autoregress(model, src, src_mask, max_len, start_symbol, end_symbol, pad, True, choose)
+            samples[t, p] = [decode(row[1:]) for row in rows.tolist()]
+    return samples, used
+
+
+def sampling_explorer(samples: dict[tuple[float, float | None], list[str]], greedy: str, reference: str,
+                      used: Resolved | None = None) -> FrameNest:
+    """A temperature slider and a top-p switch over precomputed samples of one translation.
 
     Args:
-        samples: temperature -> sampled translations of the same source.
+        samples: ``(temperature, top_p or None) -> sampled translations`` of one source (``draw_samples``).
         greedy, reference: the greedy translation and the human one, shown for comparison.
+        used: how ``draw_samples`` resolved the filter (its message heads the widget).
     """
-    temps = sorted(samples)
+    temps = sorted({t for t, _ in samples})
+    ps = sorted({p for _, p in samples}, key=lambda p: -1.0 if p is None else p)
     slider = widgets.SelectionSlider(options=[f"{t:g}" for t in temps], index=temps.index(1.0) if 1.0 in temps else 0,
                                      description="temperature T", style={"description_width": "100px"})
+    switch = widgets.ToggleButtons(options=["no filter" if p is None else f"top-p {p:g}" for p in ps],
+                                   description="filter", style={"button_width": "auto"})
 
-    def render(i: int) -> str:
-        outs = samples[temps[i]]
+    def render(position: tuple[int, int]) -> str:
+        outs = samples[temps[position[0]], ps[position[1]]]
         d2 = distinct_ngrams([o.split() for o in outs], 2)
         items = "".join(f"<li>{html.escape(o)}</li>" for o in outs)
         return ("<div style='font-family:sans-serif;font-size:13px;line-height:1.35'>"
@@ -254,5 +300,5 @@ def sampling_explorer(samples: dict[float, list[str]], greedy: str, reference: s
                 f"<p style='margin:4px 0'>distinct bigrams across these {len(outs)} samples: <b>{d2:.2f}</b> "
                 "(1 = no bigram repeats)</p></div>")
 
-    banner = resolve(None, sample, lambda fn: None, "sample").banner()  # drawn with the reference sampler
-    return FramePlayer(slider, render, len(temps), header=[banner])
+    used = used or resolve(None, reference_filter, _filter_probe, "top_k_top_p_filter")
+    return FrameNest([slider, switch], (len(temps), len(ps)), render, header=[used.banner()])

@@ -109,8 +109,10 @@ def cross_attention_by_hand(attention_fn: Callable | None = None) -> FramePlayer
     used = resolve(attention_fn, reference_attention,
                    lambda fn: fn(*(hand_cross_attention(NOTES_WEIGHTS)[k] for k in ("query", "keys", "values"))),
                    "attention")
-    control = widgets.SelectionSlider(options=[f"produce {t}" for _, t, _ in HAND_STEPS], index=0,
-                                      description="decoder step", style={"description_width": "initial"})
+    # Buttons, not a slider: a slider's readout is too narrow for "produce apple".
+    control = widgets.ToggleButtons(options=[f"produce {t}" for _, t, _ in HAND_STEPS], index=0,
+                                    description="decoder step", style={"description_width": "initial",
+                                                                       "button_width": "auto"})
     return FramePlayer(control, lambda i: _hand_frame(i, used.fn), len(HAND_STEPS), header=[used.banner()])
 
 
@@ -454,8 +456,8 @@ def cross_attention_explorer(make_model_fn: Callable | None = None, n_pairs: int
     pairs = [encode_pair(tok, s, r) for s, r in course_pairs(n_pairs)]
     maps = [cross_attention_maps(model, p) for p in pairs]
     n_layers = maps[0].size(0)
-    sentence = widgets.Dropdown(options=[f"{i + 1}: {s[:60]}" for i, (s, _) in enumerate(course_pairs(n_pairs))],
-                                description="pair", layout={"width": "560px"})
+    sentence = widgets.Dropdown(options=[f"{i + 1}: {s}" for i, (s, _) in enumerate(course_pairs(n_pairs))],
+                                description="pair", layout={"width": "95%"})
     layer = widgets.SelectionSlider(options=[f"layer {k + 1}" for k in range(n_layers)], index=0,
                                     description="decoder")
     caption = widgets.HTML("<i>Rows: the decoder position that produces this English token. Columns: the "

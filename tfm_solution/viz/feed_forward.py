@@ -71,6 +71,31 @@ def ffn_inputs(model: nn.Module, tok, sentence: str, max_len: int = 40) -> list[
             for name, layer in layers]
 
 
+def encoder_ffn_inputs(model: nn.Module, tok, sentences: Sequence[str]) -> list[LayerInput]:
+    """Every encoder feed-forward layer's input on ``sentences``, encoded as one padded batch.
+
+    One ``LayerInput`` per encoder layer, whose ``tokens`` and ``x`` run over the real (unpadded)
+    source tokens of all the sentences, one after the other: ``x`` is ``(total tokens, d_model)``.
+    """
+    from ..data import PAD, pad_batch
+
+    seen: dict[int, torch.Tensor] = {}
+    hooks = [layer.feed_forward.register_forward_pre_hook(
+        lambda _module, args, i=i: seen.__setitem__(i, args[0].detach().clone()))
+        for i, layer in enumerate(model.encoder.layers)]
+    src = pad_batch([tok.encode_src(s) for s in sentences])
+    keep = src != PAD
+    try:
+        with torch.no_grad(), one_thread():
+            model.encode(src, keep.unsqueeze(-2))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    tokens = [tok.src.id_to_token(i) for i in src[keep].tolist()]
+    return [LayerInput(f"encoder {i + 1}", tokens, seen[i][keep], layer.feed_forward)
+            for i, layer in enumerate(model.encoder.layers)]
+
+
 def hidden_activations(ffn_cls: Callable, trained: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The hidden layer that ``ffn_cls``'s forward feeds into ``w_2``, with ``trained``'s weights.
 

@@ -192,7 +192,7 @@ def _memory_frame(preset: Preset, attention: str, dtype: tuple[str, float], coun
         "<div style='font-family:sans-serif;font-size:12px;line-height:1.3'>"
         f"<p style='margin:4px 0'>{html.escape(preset.name)}, {attention}: <b>{kv_heads}</b> key/value head"
         f"{'s' if kv_heads > 1 else ''} of {preset.head_dim} for {preset.heads} query heads, {dtype[0]} "
-        f"({dtype[1]:g} bytes per number). K and V, every layer{cross}:</p>"
+        f"({dtype[1]:g} byte{'' if dtype[1] == 1 else 's'} per number). K and V, every layer{cross}:</p>"
         f"<table style='border-collapse:collapse'><tr><th></th>{head}</tr>{''.join(body)}</table></div>"
     )
 

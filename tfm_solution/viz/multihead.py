@@ -554,7 +554,8 @@ def _maps_frame(s: SentenceAttention, k: int, labels: list[list[str]]) -> bytes:
     what = {"encoder self-attention": "rows: source token (query); columns: source token (key)",
             "decoder self-attention": "rows and columns: decoder input (<s> + translation); causal",
             "cross-attention": "rows: the target token being produced; columns: source token"}[kind]
-    fig.text(0.01, 1 - 0.12 / fig.get_figheight(), f"{kind}, every layer (L) and head (H).  {what}",
+    fig.text(0.01, 1 - 0.12 / fig.get_figheight(),
+             f"{kind}, every layer (L) and head (H).  {what}\nthe model's translation: {s.translation}",
              fontsize=8, va="top")
     return figure_png(fig, dpi=80)
 
@@ -609,8 +610,9 @@ def course_model_heads(sentences: Sequence[str], mha_cls: Callable | None = None
     used, computed = course_model_attention(sentences, mha_cls, model, tok)
     scores = head_scores(computed)
     labels = head_labels(scores)
-    sentence = widgets.Dropdown(options=[f"{s.source}  →  {s.translation}" for s in computed],
-                                description="sentence", layout={"width": "95%"})
+    # The source alone: with its translation a menu entry would be cut at the menu's width.
+    sentence = widgets.Dropdown(options=[s.source for s in computed], description="sentence",
+                                layout={"width": "95%"})
     kind = widgets.ToggleButtons(options=list(ATTENTION_KINDS), style={"button_width": "auto"})
     grid = FrameGrid(sentence, kind, (len(computed), len(ATTENTION_KINDS)),
                      lambda i, k: _maps_frame(computed[i], k, labels[ATTENTION_KINDS[k]]), header=[used.banner()])

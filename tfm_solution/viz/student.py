@@ -50,6 +50,31 @@ SOLUTION_MARKER = "### BEGIN SOLUTION"
 
 _COLOURS = {"ok": "#1b7f3b", "reference": "#555555", "preview": "#555555", "differs": "#b45309"}
 
+#: What the reader is told, by purpose (a widget draws, a check cell checks) and status.
+_MESSAGES = {
+    "draw": {
+        "reference": "Drawn with the reference `{name}`.",
+        "stub": "Your `{name}` is still a stub, so this shows the reference. Fill in the exercise and run this "
+                "cell again.",
+        "error": "Your `{name}` raised {error}. This shows the reference instead.",
+        "preview": "Preview drawn with the reference `{name}`. Run this cell in your notebook and it is redrawn "
+                   "with your own `{name}`.",
+        "ok": "Drawn with your own `{name}`.",
+        "differs": "Drawn with your own `{name}`, whose results differ from the reference on a test input: look "
+                   "for the difference.",
+    },
+    "check": {
+        "reference": "Checked with the reference `{name}`.",
+        "stub": "Your `{name}` is still a stub, so the cells below run the reference `{name}`. Fill in the "
+                "exercise and run them again.",
+        "error": "Your `{name}` raised {error}. The cells below run the reference `{name}` instead.",
+        "preview": "Here the cells below ran the reference `{name}`; in your notebook they run your own.",
+        "ok": "The cells below run your own `{name}`.",
+        "differs": "The cells below run your own `{name}`, whose results differ from the reference on a test "
+                   "input: look for the difference.",
+    },
+}
+
 
 @dataclass(frozen=True)
 class Resolved:
@@ -122,6 +147,7 @@ def resolve(
     reference: Callable[..., Any],
     probe: Callable[[Callable[..., Any]], Any],
     name: str,
+    purpose: str = "draw",
 ) -> Resolved:
     """Choose the function a widget draws with, and the message that says which one it is.
 
@@ -131,42 +157,25 @@ def resolve(
         probe: calls a function on a small fixed input and returns its result (a tensor or a
             tuple of tensors), to compare the candidate with the reference.
         name: the function's name, for the message.
+        purpose: ``"draw"`` for a widget, ``"check"`` for the cells that check a claim in code
+            (the message then speaks of the checks instead of a figure).
 
     Returns:
         A :class:`Resolved`; draw with its ``fn`` and show its ``banner()`` above the widget.
     """
+    text = _MESSAGES[purpose]
     if candidate is None or candidate is reference:
-        return Resolved(reference, "reference", "reference", f"Drawn with the reference `{name}`.")
+        return Resolved(reference, "reference", "reference", text["reference"].format(name=name))
     try:
         got = probe(candidate)
     except NotImplementedError:
-        return Resolved(
-            reference,
-            "reference",
-            "stub",
-            f"Your `{name}` is still a stub, so this shows the reference. Fill in the exercise and run this cell again.",
-        )
+        return Resolved(reference, "reference", "stub", text["stub"].format(name=name))
     except Exception as error:  # noqa: BLE001 - any failure of student code means: fall back
-        return Resolved(
-            reference,
-            "reference",
-            "error",
-            f"Your `{name}` raised {type(error).__name__}: {error}. This shows the reference instead.",
-        )
+        message = text["error"].format(name=name, error=f"{type(error).__name__}: {error}")
+        return Resolved(reference, "reference", "error", message)
     agrees = _close(got, probe(reference))
     if agrees and is_course_solution(candidate):
-        return Resolved(
-            reference,
-            "reference",
-            "preview",
-            f"Preview drawn with the reference `{name}`. Run this cell in your notebook and it is redrawn "
-            f"with your own `{name}`.",
-        )
+        return Resolved(reference, "reference", "preview", text["preview"].format(name=name))
     if agrees:
-        return Resolved(candidate, "student", "ok", f"Drawn with your own `{name}`.")
-    return Resolved(
-        candidate,
-        "student",
-        "differs",
-        f"Drawn with your own `{name}`, whose results differ from the reference on a test input: look for the difference.",
-    )
+        return Resolved(candidate, "student", "ok", text["ok"].format(name=name))
+    return Resolved(candidate, "student", "differs", text["differs"].format(name=name))
