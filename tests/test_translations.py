@@ -33,7 +33,7 @@ def _zh_units() -> list[tuple[str, str, str, str]]:
 def _course_copy(tmp_path: Path, chapter: str) -> Path:
     """What the Chinese course is generated from: the English pages, one chapter's release, the translations."""
     root = tmp_path / "course"
-    for name in ("_toc.yml", "_config.yml", "intro.md", "how_to_use.md", "glossary.md"):
+    for name in ("_toc.yml", "_config.yml", "intro.md", "how_to_use.md", "maintainers.md", "glossary.md"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
     for folder in ("appendix", "figures", "translations", f"chapters/{chapter}"):
