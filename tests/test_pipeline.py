@@ -48,7 +48,7 @@ def _course_copy(tmp_path: Path) -> Path:
     root.mkdir()
     for name in ("solutions", "chapters", "figures", "appendix", "translations", "zh"):
         shutil.copytree(REPO / name, root / name)
-    for name in ("nbgrader_config.py", "README.md", "_toc.yml", "_config.yml", "intro.md", "how_to_use.md", "glossary.md"):
+    for name in ("nbgrader_config.py", "README.md", "_toc.yml", "_config.yml", "intro.md", "how_to_use.md", "maintainers.md", "glossary.md"):
         shutil.copy(REPO / name, root)
     return root
 
