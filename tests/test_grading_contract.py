@@ -222,6 +222,19 @@ def test_infinities_where_finite_values_belong_are_named():
 
 
 @pytest.mark.fast
+def test_the_policy_line_sees_the_matrix_product_operator():
+    """``a @ b`` and ``a @= b`` call matmul: a shortcut where matmul is banned (chapter 6's convolutions)."""
+    from autograder.extract import Extraction, shortcut_uses
+
+    def uses(source: str) -> list[str]:
+        return shortcut_uses(Extraction(chunks=[{"source": source, "label": "a"}], answer_source=source), ("matmul",))
+
+    assert uses("def f(x, w):\n    return x @ w") == ["matmul"]
+    assert uses("def f(x, w):\n    x @= w\n    return x") == ["matmul"]
+    assert uses("def f(x, w):\n    return x * w") == []
+
+
+@pytest.mark.fast
 def test_generators_are_seeded_watched_and_put_back():
     """``worker.Generators``: inside, the three generators start from the seed; after, what a call did to them
     is kept and they are as they were before; the harness compares with the seed's states."""
