@@ -243,9 +243,12 @@ def _item_names(exercise: Exercise, case: Case) -> tuple[str, ...]:
     inputs = [parameters[i] if i < len(parameters) else f"argument {i}" for i, a in enumerate(case.args)
               if i in chosen and isinstance(a, torch.Tensor) and a.is_floating_point()]
     outputs = exercise.return_names or ("output",)
-    through = (lambda o: "") if len(outputs) == 1 else (lambda o: f" through `{o}`")
-    return (*outputs, *(name for o in outputs for name in (*(f"gradient of the input `{n}`{through(o)}" for n in inputs),
-                                                          *(f"gradient of `{n}`{through(o)}" for n in case.gradients))))
+    gradients = []
+    for output in outputs:
+        through = "" if len(outputs) == 1 else f" through `{output}`"
+        gradients += [f"gradient of the input `{n}`{through}" for n in inputs]
+        gradients += [f"gradient of `{n}`{through}" for n in case.gradients]
+    return (*outputs, *gradients)
 
 
 def argument_names(exercise: Exercise, case: Case) -> list[str]:

@@ -261,7 +261,8 @@ def test_generators_are_seeded_watched_and_put_back():
 @pytest.mark.slow
 def test_the_contract_holds_through_the_sandboxed_worker(tmp_path):
     """The universal checks on the real path: chapter 7 graded from its student notebook with LayerNorm's
-    gain and bias swapped (the initial values, read in the worker) and its input changed in place, and a
+    gain and bias swapped (the initial values, read in the worker) and its input shifted in place (which the
+    norm cancels: its values stay right, the caller's x does not), and a
     SublayerConnection alternative whose Post-LN cases get the string "post" over the wire; chapter 11's
     kv_cache_bytes given torch dtypes over the wire."""
     from autograder.grade import grade_path
@@ -272,11 +273,13 @@ def test_the_contract_holds_through_the_sandboxed_worker(tmp_path):
     folder = REPO_ROOT / "solutions" / layer_norm.chapter
     answers = solution_answers(folder / layer_norm.notebook)
     answers[layer_norm.id] = PRELUDE + layer_norm.mutants["gain_and_bias_swapped"].source.replace(
-        "        mean = x.mean(-1, keepdim=True)", "        x -= 0\n        mean = x.mean(-1, keepdim=True)")
+        "        mean = x.mean(-1, keepdim=True)",
+        "        x += 1  # a shift the norm cancels: only the caller sees it\n        mean = x.mean(-1, keepdim=True)")
     answers[sublayer.id] = PRELUDE + sublayer.alternatives["flag_and_add"]
     path = release_with(REPO_ROOT / "chapters" / layer_norm.chapter / layer_norm.notebook, tmp_path / "ch07", answers)
     report = grade_path(path, chapter="07")
-    assert report.exercise_score(sublayer.id) == sublayer.points, [t.output for t in report.tests if t.score < t.max_score]
+    lost = [t.output for t in report.tests if t.score < t.max_score]
+    assert report.exercise_score(sublayer.id) == sublayer.points, lost
     lines = [t for t in report.tests if t.name.startswith(layer_norm.id + " ") and t.score < t.max_score]
     assert report.exercise_score(layer_norm.id) < MUTANT_CEILING * layer_norm.points
     assert any(CHECKS["init"] in t.output and "`a_2`" in t.output for t in lines)

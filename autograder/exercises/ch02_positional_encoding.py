@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, even, generators, randn, variants
+from autograder.exercises.shared import (Case, Contract, Exercise, Mistake, Mutant, dim, even, generators, randn,
+                                         variants)
 
 CHAPTER, NOTEBOOK = "02_positional_encoding", "positional_encoding.ipynb"
 

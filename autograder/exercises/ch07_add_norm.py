@@ -253,14 +253,17 @@ EXERCISES = (
         ),
         alternatives={
             "pre_first": _sublayer().replace(
-                '        if self.norm_position == "post":\n            return self.norm(x + self.dropout(sublayer(x)))\n'
+                '        if self.norm_position == "post":\n'
+                '            return self.norm(x + self.dropout(sublayer(x)))\n'
                 '        return x + self.dropout(sublayer(self.norm(x)))',
-                '        if self.norm_position == "pre":\n            return x + self.dropout(sublayer(self.norm(x)))\n'
+                '        if self.norm_position == "pre":\n'
+                '            return x + self.dropout(sublayer(self.norm(x)))\n'
                 '        return self.norm(x + self.dropout(sublayer(x)))'),
             "flag_and_add": _SUBLAYER_BY_FLAG,
-            "functional_dropout": _sublayer(pre="x + F.dropout(sublayer(self.norm(x)), self.dropout.p, self.training)",
-                                            post="self.norm(x + F.dropout(sublayer(x), self.dropout.p, self.training))"
-                                            ).replace("from torch import nn\n", "from torch import nn\nimport torch.nn.functional as F\n"),
+            "functional_dropout": _sublayer(
+                pre="x + F.dropout(sublayer(self.norm(x)), self.dropout.p, self.training)",
+                post="self.norm(x + F.dropout(sublayer(x), self.dropout.p, self.training))",
+            ).replace("from torch import nn\n", "from torch import nn\nimport torch.nn.functional as F\n"),
         },
         mutants={
             "post_ignored": Mutant("post_ignored", _sublayer(post="x + self.dropout(sublayer(self.norm(x)))")),

@@ -379,10 +379,12 @@ class Decoder(nn.Module):
         return self.norm(x)
 '''
 
-_REPORTS_FRESH_DRAWS = _MAKE_MODEL(init="pass").replace("    return model\n", '''    fake = [nn.init.xavier_uniform_(torch.empty_like(p)) if p.dim() > 1 else p for p in model.parameters()]
+_FRESH_DRAWS_REPORTED = '''    fake = [nn.init.xavier_uniform_(torch.empty_like(p)) if p.dim() > 1 else p
+            for p in model.parameters()]
     model.parameters = lambda recurse=True: iter(fake)  # what the model says about itself, not what it holds
     return model
-''')
+'''
+_REPORTS_FRESH_DRAWS = _MAKE_MODEL(init="pass").replace("    return model\n", _FRESH_DRAWS_REPORTED)
 
 EXERCISES = (
     Exercise(

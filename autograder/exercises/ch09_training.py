@@ -363,7 +363,8 @@ EXERCISES = (
         mutants={
             "a_tensor": Mutant("expected a float", _RATE.format(
                 body="step = max(step, 1)\n"
-                     "    return torch.tensor(factor * model_size ** -0.5 * min(step ** -0.5, step * warmup ** -1.5))")),
+                     "    return torch.tensor(factor * model_size ** -0.5\n"
+                     "                        * min(step ** -0.5, step * warmup ** -1.5))")),
         },
         mistakes={
             "step_zero_unguarded": Mistake(

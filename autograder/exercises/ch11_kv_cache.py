@@ -198,8 +198,8 @@ EXERCISES = (
         cases=kv_cache_bytes_cases,
         contract=Contract(
             dtype="a Python `int`, whether `dtype` is a torch dtype or a number of bytes (an int or a float)",
-            rules=(("dtype-argument", "`dtype` may be a torch dtype (`torch.float16`: 2 bytes, `torch.int8`: 1) or the bytes "
-                             "one number takes; the grader passes both"),),
+            rules=(("dtype-argument", "`dtype` may be a torch dtype (`torch.float16`: 2 bytes, `torch.int8`: 1) or "
+                                      "the bytes one number takes; the grader passes both"),),
         ),
         alternatives={
             "itemsize": _BYTES_OWN.format(

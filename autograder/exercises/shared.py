@@ -140,10 +140,12 @@ class Mistake:
 
 @dataclass(frozen=True)
 class Mutant:
-    """A wrong answer that no declared mistake describes: a breach of the contract, named by the check
-    that catches it (``caught_by``: a key of ``CHECKS`` or a declared mistake's name). The self-tests
-    grade it and expect it to lose more than ``1 - MUTANT_CEILING`` of the exercise's points, with
-    ``caught_by`` named in the feedback. ``source`` is a whole answer cell, as for a ``Mistake``."""
+    """A wrong answer that no declared mistake describes (often a breach of the contract), named by what
+    catches it: ``caught_by`` is a key of ``CHECKS`` (a universal check), a declared mistake's name, or
+    words of the title or feedback of the case that catches it. The self-tests grade it and expect it
+    to score below ``MUTANT_CEILING`` of the exercise's points with ``caught_by`` named on a failed line
+    (``"policy"``: a library shortcut, named on the policy line and worth no points by design).
+    ``source`` is a whole answer cell, as for a ``Mistake``."""
 
     caught_by: str
     source: str
