@@ -65,21 +65,6 @@ def cosine_similarity_matrix(vectors, eps=1e-8):
     {body}
 '''
 
-_EMBEDDINGS_ALTERNATIVE = '''
-import torch.nn.functional as F
-from torch import nn
-
-
-class Embeddings(nn.Module):
-    def __init__(self, d_model, vocab):
-        super().__init__()
-        self.lut = nn.Embedding(vocab, d_model)
-        self.d_model = d_model
-
-    def forward(self, x):
-        return {result}
-'''
-
 EXERCISES = (
     Exercise(
         id="ch01.embeddings",
@@ -100,7 +85,7 @@ EXERCISES = (
         ),
         alternatives={
             "power_half": _EMBEDDINGS.format(result="self.lut(x) * self.d_model ** 0.5"),
-            "functional_lookup": _EMBEDDINGS_ALTERNATIVE.format(
+            "functional_lookup": "import torch.nn.functional as F\n" + _EMBEDDINGS.format(
                 result="math.sqrt(self.d_model) * F.embedding(x, self.lut.weight)"),
             "rows_by_index": _EMBEDDINGS.format(result="self.lut.weight[x] * math.sqrt(self.d_model)"),
             "scaled_in_place": _EMBEDDINGS.format(result="self.lut(x).mul_(math.sqrt(self.d_model))"),

@@ -165,31 +165,6 @@ class MultiHeadedAttention(nn.Module):
         return self.linears[3](out.transpose(1, 2).flatten(-2))
 '''
 
-_MHA_REUSED = '''
-from torch import nn
-from tfm_solution import attention, clones
-from tfm_solution.multihead import merge_heads, split_heads
-
-
-class MultiHeadedAttention(nn.Module):
-    def __init__(self, h, d_model, dropout=0.1):
-        super().__init__()
-        self.d_k = d_model // h
-        self.h = h
-        self.linears = clones(nn.Linear(d_model, d_model), 4)
-        self.attn = None
-        self.dropout = nn.Dropout(p=dropout)
-
-    def forward(self, query, key, value, mask=None):
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        q = split_heads(self.linears[0](query), self.h)
-        k = split_heads(self.linears[1](key), self.h)
-        v = split_heads(self.linears[2](value), self.h)
-        x, self.attn = attention(q, k, v, mask, self.dropout)
-        return self.linears[-1](merge_heads(x))
-'''
-
 EXERCISES = (
     Exercise(
         id="ch05.split_heads",
@@ -297,7 +272,9 @@ EXERCISES = (
         alternatives={
             "notes": _mha(),
             "einsum_and_unflatten": _MHA_OWN,
-            "exercises_reused": _MHA_REUSED,
+            "exercises_reused": "from tfm_solution.multihead import merge_heads, split_heads\n" + _mha(
+                split="split_heads(lin(x), self.h)", merge="merge_heads(x)", output="self.linears[-1](x)",
+                attend="x, self.attn = attention(query, key, value, mask, self.dropout)"),
         },
         mutants={
             "mask_unsqueezed_in_place": Mutant("inputs", _mha(mask="mask.unsqueeze_(1)")),

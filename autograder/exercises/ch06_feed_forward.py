@@ -110,23 +110,6 @@ def gelu(x):
     return {body}
 '''
 
-_FFN_FUNCTIONAL = '''
-from torch import nn
-import torch.nn.functional as F
-
-
-class PositionwiseFeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.1):
-        super().__init__()
-        self.w_1 = nn.Linear(d_model, d_ff)
-        self.w_2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.p = dropout
-
-    def forward(self, x):
-        {body}
-'''
-
 _CONV_MODULES = '''
 from torch import nn
 
@@ -164,9 +147,9 @@ EXERCISES = (
         alternatives={
             "functional_relu": _FFN.format(result="self.w_2(self.dropout(nn.functional.relu(self.w_1(x))))"),
             "clamp": _FFN.format(result="self.w_2(self.dropout(self.w_1(x).clamp_min(0)))"),
-            "functional_dropout": _FFN_FUNCTIONAL.format(
-                body="hidden = F.relu(F.linear(x, self.w_1.weight, self.w_1.bias))\n"
-                     "        return self.w_2(F.dropout(hidden, self.p, self.training))"),
+            "functional_dropout": "import torch.nn.functional as F\n" + _FFN.format(
+                result="self.w_2(F.dropout(F.relu(F.linear(x, self.w_1.weight, self.w_1.bias)), self.dropout.p, "
+                       "self.training))"),
         },
         mutants={
             "relu6": Mutant("relu6", _FFN.format(result="self.w_2(self.dropout(nn.functional.relu6(self.w_1(x))))")),

@@ -95,21 +95,6 @@ class LayerNorm(nn.Module):
 ''', axis="-1", spread="std = x.std(-1, keepdim=True)", denominator="(std + self.eps)", gain="self.a_2 * ",
                    bias=" + self.b_2")
 
-_LAYER_NORM_OWN = '''
-from torch import nn
-
-
-class LayerNorm(nn.Module):
-    def __init__(self, features, eps=1e-6):
-        super().__init__()
-        self.a_2 = nn.Parameter(torch.ones(features))
-        self.b_2 = nn.Parameter(torch.zeros(features))
-        self.eps = eps
-
-    def forward(self, x):
-        {body}
-'''
-
 _SUBLAYER_BY_FLAG = '''
 from torch import nn
 import torch.nn.functional as F
@@ -179,23 +164,17 @@ EXERCISES = (
                  "weights)",
         ),
         alternatives={
-            "correction_1": _LAYER_NORM_OWN.format(
-                body="mean = x.mean(-1, keepdim=True)\n"
-                     "        std = torch.std(x, dim=-1, keepdim=True, correction=1)\n"
-                     "        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2"),
-            "variance_root": _LAYER_NORM_OWN.format(
-                body="centred = x - x.mean(-1, keepdim=True)\n"
-                     "        std = (centred.pow(2).sum(-1, keepdim=True) / (x.size(-1) - 1)).sqrt()\n"
-                     "        return centred / (std + self.eps) * self.a_2 + self.b_2"),
-            "float64_inside": _LAYER_NORM_OWN.format(
-                body="wide = x.double()\n"
-                     "        normed = (wide - wide.mean(-1, keepdim=True)) / (wide.std(-1, keepdim=True) + self.eps)\n"
-                     "        return (self.a_2 * normed + self.b_2).to(x.dtype)"),
+            "correction_1": _layer_norm(spread="std = torch.std(x, dim=-1, keepdim=True, correction=1)"),
+            "variance_root": _layer_norm(
+                spread="std = ((x - mean).pow(2).sum(-1, keepdim=True) / (x.size(-1) - 1)).sqrt()"),
+            "float64_inside": _layer_norm(
+                spread="wide = x.double()\n        mean = wide.mean(-1, keepdim=True)\n"
+                       "        std = wide.std(-1, keepdim=True)",
+                gain="(self.a_2 * ", bias=" + self.b_2).to(x.dtype)"),
         },
         mutants={
-            "centred_in_place": Mutant("inputs", _LAYER_NORM_OWN.format(
-                body="x -= x.mean(-1, keepdim=True)\n"
-                     "        return self.a_2 * x / (x.std(-1, keepdim=True) + self.eps) + self.b_2")),
+            "centred_in_place": Mutant("inputs", _layer_norm(
+                spread="x -= mean\n        mean = 0\n        std = x.std(-1, keepdim=True)")),
             "gain_and_bias_swapped": Mutant("init", _layer_norm().replace(
                 "nn.Parameter(torch.ones(features))", "nn.Parameter(torch.zeros(features))").replace(
                 "self.b_2 = nn.Parameter(torch.zeros(features))", "self.b_2 = nn.Parameter(torch.ones(features))")),
