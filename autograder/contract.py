@@ -30,13 +30,15 @@ def clauses(exercise: Exercise) -> list[tuple[str, str]]:
         raise ValueError(f"{exercise.id} has no contract")
     found = [("dtype", contract.dtype)]
     if contract.gradients:
-        names = " and ".join(f"`{n}`" for n in contract.gradients)
+        names = _words(contract.gradients)
         outputs = exercise.return_names
-        through = "the result" if not outputs else "each of " + " and ".join(f"`{o}`" for o in outputs)
-        found.append(("gradients", f"gradients reach {names} through {through}: compute with differentiable "
-                                   "torch operations (no `.detach()`, `.data`, `torch.no_grad()` or "
-                                   "`torch.tensor(...)` on the way); the grader compares them with the "
-                                   "reference's"))
+        if not outputs:
+            reach = f"gradients reach {names} through the result"
+        else:
+            reach = f"gradients reach each of {names} through every result that depends on it ({_words(outputs)})"
+        found.append(("gradients", f"{reach}: compute with differentiable torch operations (no `.detach()`, "
+                                   "`.data`, `torch.no_grad()` or `torch.tensor(...)` on the way); the grader "
+                                   "compares them with the reference's"))
     if contract.modes:
         stand_in = (" In training mode every dropout call (`nn.Dropout` or `F.dropout`) is one fixed stand-in, "
                     "the same in your module and in the reference, so dropout must act exactly where the text "
@@ -55,6 +57,12 @@ def clauses(exercise: Exercise) -> list[tuple[str, str]]:
         found.append(("init", contract.init))
     found += list(contract.rules)
     return found
+
+
+def _words(names: tuple[str, ...]) -> str:
+    """The names in backticks, joined by commas and a last "and"."""
+    quoted = [f"`{n}`" for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 def markdown(exercise: Exercise) -> str:
