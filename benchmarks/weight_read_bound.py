@@ -36,9 +36,9 @@ def step_weight_bytes(model) -> int:
 
 
 def products_only(engine: InferenceEngine, batch: int) -> Callable[[], None]:
-    """One step's matrix products (``batch`` rows each) over the engine's weights, and nothing else."""
-    w = engine.weights()
-    linears = [lin for layer in w.layers for lin in layer[1:]] + [w.generator]
+    """One step's matrix products (``batch`` rows each) over the engine's weights, and nothing else.
+    Call it after ``engine.start`` for the same batch, which prepares the products for that many rows."""
+    linears = engine.weights().step_linears()
     inputs = [torch.randn(batch, lin.weight_t.size(0), dtype=lin.weight_t.dtype) for lin in linears]
     return lambda: [lin(x) for lin, x in zip(linears, inputs)]
 
@@ -89,8 +89,7 @@ def main() -> None:
                 step, tokens = run()
                 products = products_only(engine, batch) if engine is not None else lambda: None
                 rows[name] = timed_steps(step, products, buffer, scale, n) + (tokens,)
-    bf16_linears = [lin for layer in bf16.weights().layers for lin in layer[1:]] + [bf16.weights().generator]
-    bf16_bytes = sum(t.numel() * t.element_size() for lin in bf16_linears for t in lin)
+    bf16_bytes = sum(lin.nbytes() for lin in bf16.weights().step_linears())
     fp32_tokens = torch.stack(rows["fast engine, float32"][3][1:], dim=1)
     same_chapters = torch.equal(fp32_tokens, rows["chapters' cached decoder"][3][-1][:, 1:])
     differ = (torch.stack(rows["fast engine, bfloat16 weights"][3][1:], dim=1) != fp32_tokens).any(0).nonzero()

@@ -1,19 +1,26 @@
 """The fast paths (tfm_solution.fast) against the chapters' model as the oracle: the same tokens for
 greedy search, beam search and seeded sampling, log-probabilities and training losses and gradients
 within float tolerance, on random small models of every flavour and on the course model; the fused
-LayerNorm against the chapters' LayerNorm, nn.LayerNorm and a float64 gradient check."""
+LayerNorm against the chapters' LayerNorm, nn.LayerNorm and a float64 gradient check; the engine's
+kernels against float64 products (packed float32 to float tolerance, int8 within its rounding bound)
+and the int8 engine's translations against float32's."""
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 from torch import nn
 
+import tfm_solution
 from tfm_solution import make_model
 from tfm_solution.course_model import load_course_model
-from tfm_solution.data import BOS, EOS, PAD
+from tfm_solution.data import BOS, EOS, PAD, pad_batch
 from tfm_solution.decoding import IncrementalDecoder, beam_search, greedy_decode, sample
 from tfm_solution.fast import FastTraining, InferenceEngine, NotesLayerNormFunction, fast_forward, layer_norm
+from tfm_solution.fast.linear import MKL_PACKING, DenseLinear, Int8Linear
 from tfm_solution.kv_cache import kv_cache_bytes
 from tfm_solution.masks import Batch
 from tfm_solution.norm import LayerNorm
@@ -374,3 +381,127 @@ def test_notes_layer_norm_backward_passes_gradcheck():
     x = torch.randn(4, 24, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, a, b: NotesLayerNormFunction.apply(x, a, b, 1e-6),
                                     (x, norm.a_2, norm.b_2))
+
+
+# --- the engine's kernels: MKL-packed float32 and dynamic int8 --------------------------------------
+
+
+def test_packed_products_match_float64_and_pack_only_what_pays():
+    torch.manual_seed(0)
+    big, small = torch.randn(1536, 512), torch.randn(64, 32)  # packs into ~3.4x its bytes; into ~1000x
+    for weight, packs in ((big, True), (small, False)):
+        bias = torch.randn(weight.size(0))
+        lin = DenseLinear(weight, bias, torch.float32)
+        for rows in (1, 5, 8):
+            lin.prepare(rows)
+            x = torch.randn(rows, weight.size(1))
+            expected = (x.double() @ weight.double().t() + bias.double()).float()
+            torch.testing.assert_close(lin(x), expected, atol=1e-4, rtol=1e-5)
+            if MKL_PACKING:
+                assert (lin.packed is not None) == (packs and rows > 1), (weight.shape, rows)
+        lin.prepare(5)
+        x = torch.randn(3, weight.size(1))  # another row count than prepared: still right, unpacked
+        torch.testing.assert_close(lin(x), (x.double() @ weight.double().t() + bias.double()).float(),
+                                   atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduce_range", [True, False])
+def test_int8_products_stay_within_the_rounding_bound(reduce_range):
+    """Each weight is off by at most half its row's step and each input by half the input's step,
+    so |y - y_exact| <= sum_k |x_k| dw_j + |W_jk| dx + dx dw_j. Rows whose scales differ by 1000x
+    make a per-tensor weight scale break the bound."""
+    torch.manual_seed(1)
+    weight = torch.randn(96, 80) * torch.logspace(-3, 0, 96).unsqueeze(1)
+    bias, x = torch.randn(96), torch.randn(7, 80) * 2
+    lin = Int8Linear(weight, bias, reduce_range)
+    got = lin(x).double()
+    exact = x.double() @ weight.double().t() + bias.double()
+    dw = (weight.abs().amax(1) / 127 / 2).double()  # (out,)
+    levels = 127 if reduce_range else 255
+    dx = float((x.max().clamp_min(0) - x.min().clamp_max(0)) / levels / 2)
+    bound = x.double().abs().sum(1, keepdim=True) * dw + dx * weight.double().abs().sum(1) + 80 * dx * dw
+    assert ((got - exact).abs() <= bound + 1e-5).all()
+    assert (got - exact).abs().max() > 1e-4  # it really is int8: float32 would be ~1e-6 off
+    small_rows = (got - exact)[:, :10].abs().max()
+    assert small_rows < 0.01  # the rows of small weights keep their own fine scale
+
+
+def test_packed_batches_give_the_chapters_tokens():
+    """A model with base-size matrices, so that the step's products really are MKL-packed."""
+    torch.manual_seed(3)
+    model = make_model(1100, 1100, N=1, d_model=512, d_ff=2048, h=8, dropout=0.0, attention_kernel="sdpa").eval()
+    src = torch.randint(4, 1100, (4, 7), generator=torch.Generator().manual_seed(4))
+    src_mask = (src != PAD).unsqueeze(-2)
+    engine = InferenceEngine(model)
+    assert torch.equal(engine.greedy_decode(src, src_mask, 9, BOS, None, PAD), greedy_decode(model, src, src_mask, 9,
+                                                                                            BOS, None, PAD))
+    if MKL_PACKING:
+        assert engine.weights().layers[0].qkv.packed is not None and engine.weights().layers[0].w_1.packed is not None
+    beams = beam_search(model, src[:2], src_mask[:2], 6, BOS, EOS, beam_size=3, n_best=2)  # 6 rows: packed again
+    assert [[h.tokens for h in b] for b in engine.beam_search(src[:2], src_mask[:2], 6, BOS, EOS, beam_size=3,
+                                                              n_best=2)] == [[h.tokens for h in b] for b in beams]
+    unpacked = InferenceEngine(model, prepack=False)
+    assert torch.equal(unpacked.greedy_decode(src, src_mask, 9, BOS, None, PAD),
+                       engine.greedy_decode(src, src_mask, 9, BOS, None, PAD))
+    assert unpacked.weights().layers[0].qkv.packed is None
+
+
+def _course_val_set():
+    """The 40 validation pairs chapter 10 ships (no dataset needed) as a padded batch."""
+    path = Path(tfm_solution.__file__).parent / "assets" / "decoding_quality.json"
+    pairs = json.loads(path.read_text())["val_pairs"]
+    model, tok = load_course_model()
+    src = pad_batch([tok.encode_src(s) for s, _ in pairs])
+    return model, tok, src, (src != PAD).unsqueeze(-2), [r for _, r in pairs]
+
+
+def _outputs(rows):
+    out = []
+    for row in rows:
+        row = row[1:]
+        out.append(row[: row.index(EOS)] if EOS in row else row)
+    return out
+
+
+def _agreement(a, b):
+    return sum(sum(x == y for x, y in zip(s, t)) for s, t in zip(a, b)) / sum(max(len(s), len(t)) for s, t in zip(a, b))
+
+
+def test_int8_engine_keeps_the_course_model_translations():
+    """Greedy and beam 4 on 40 validation sentences: most tokens as float32's, BLEU within a point
+    (on the 1,000 sentences of test_2016 the gap is within 0.3: benchmarks/int8_quality.py)."""
+    model, tok, src, src_mask, refs = _course_val_set()
+    fp32, int8 = InferenceEngine(model), InferenceEngine(model, int8=True)
+    n = src.size(1) + 40
+    assert int8.nbytes() < fp32.nbytes() / 3.5  # a byte a weight, against four
+    for decode in (lambda e: e.greedy_decode(src, src_mask, n, BOS, EOS, PAD).tolist(),
+                   lambda e: [h[0].tokens for h in e.beam_search(src, src_mask, n, BOS, EOS, beam_size=4)]):
+        a, b = _outputs(decode(fp32)), _outputs(decode(int8))
+        assert a != b  # int8 really changes numbers (or this test would prove nothing)
+        assert _agreement(a, b) > 0.85
+        bleu = [sacrebleu.corpus_bleu([tok.decode_tgt(ids) for ids in out], [refs]).score for out in (a, b)]
+        assert abs(bleu[1] - bleu[0]) < 1.0, bleu
+        assert bleu[0] > 25  # and the float32 side is the course model translating, not noise
+    drawn = int8.sample(src[:4], src_mask[:4], 20, BOS, EOS, PAD, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(drawn, int8.sample(src[:4], src_mask[:4], 20, BOS, EOS, PAD,
+                                          generator=torch.Generator().manual_seed(5)))
+
+
+def test_int8_engine_refuses_what_it_cannot_do():
+    model = small_model()
+    with pytest.raises(ValueError, match="float32"):
+        InferenceEngine(model, torch.bfloat16, int8=True)
+    with pytest.raises(ValueError, match="compile"):
+        InferenceEngine(model, int8=True).compile()
+    with pytest.raises(ValueError, match="CPU"):
+        InferenceEngine(copy.deepcopy(model).to("meta"), int8=True)
+
+
+def test_translate_int8_on_the_command_line(capsys):
+    from tfm_solution.cli import main
+    from tfm_solution.course_model import COURSE_MODEL_DIR
+
+    assert main(["translate", "--int8", str(COURSE_MODEL_DIR), "Ein Hund läuft über die Wiese."]) == 0
+    assert "dog" in capsys.readouterr().out
+    assert main(["translate", "--int8", "--no-cache", str(COURSE_MODEL_DIR), "Ein Hund."]) == 2
+    assert "--no-cache" in capsys.readouterr().err

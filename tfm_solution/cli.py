@@ -12,6 +12,10 @@ from .data import DataUnavailableError
 from .experiment import ResumeMismatchError
 
 
+class UsageError(ValueError):
+    """Options that cannot go together: reported as ``error: ...`` with exit status 2."""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tfm_solution",
                                 description="Train, translate with, evaluate and benchmark the reference Transformer.")
@@ -55,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     add_decoding(tr)
     tr.add_argument("sentences", nargs="*", help="sentences to translate (default: read stdin)")
     tr.add_argument("--no-cache", action="store_true", help="decode without the KV cache (slower, same output)")
+    tr.add_argument("--int8", action="store_true",
+                    help="decode on the CPU with int8 weights (tfm_solution.fast): a quarter of the weights' bytes; "
+                         "a few tokens change (the course model's test BLEU stays within 0.3 of float32, "
+                         "benchmarks/RESULTS.md); the KV cache stays float32 (chapter 11's memory calculator)")
     tr.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     tr.add_argument("--top-k", type=int, help="sample from the k most likely tokens only")
     tr.add_argument("--top-p", type=float, help="sample from the smallest set of tokens with mass >= p")
@@ -100,7 +108,18 @@ def _translate(args: argparse.Namespace) -> None:
     from .experiment import decode_texts
     from .training import select_device
 
+    engine = None
+    if args.int8:
+        if args.no_cache:
+            raise UsageError("--int8 decodes with the KV cache; leave out --no-cache")
+        if args.device not in ("auto", "cpu"):
+            raise UsageError(f"--int8 runs on the CPU; got --device {args.device}")
+        args.device = "cpu"
     model, _, tokenizers, _ = load_checkpoint(args.checkpoint, select_device(args.device))
+    if args.int8:
+        from .fast import InferenceEngine
+
+        engine = InferenceEngine(model, int8=True)
     texts = args.sentences or [line.strip() for line in sys.stdin if line.strip()]
     for number, text in enumerate(texts, 1):
         unknown = tokenizers.unknown_words(text)
@@ -108,7 +127,8 @@ def _translate(args: argparse.Namespace) -> None:
             print(f"warning: sentence {number} has words the model's vocabulary lacks, read as <unk>: "
                   f"{', '.join(repr(w) for w in unknown)}", file=sys.stderr)
     for line in decode_texts(model, tokenizers, texts, args.strategy, not args.no_cache, args.beam_size,
-                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed):
+                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                             engine=engine):
         print(line)
 
 
@@ -134,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         {"train": _train, "translate": _translate, "evaluate": _evaluate, "bench": _bench}[args.command](args)
-    except (DataUnavailableError, FileNotFoundError, FileExistsError, ResumeMismatchError) as err:
+    except (DataUnavailableError, FileNotFoundError, FileExistsError, ResumeMismatchError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -247,8 +247,11 @@ def agreed(stop_here: bool, device: torch.device) -> bool:
 def decode_texts(model: EncoderDecoder, tokenizers: TokenizerPair, texts: list[str], strategy: str = "greedy",
                  use_cache: bool = True, beam_size: int = 4, max_extra: int = 50, batch_size: int = 64,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                 seed: int = 0) -> list[str]:
-    """Translate ``texts`` with ``strategy`` (greedy, beam or sample), in batches."""
+                 seed: int = 0, engine: Any = None) -> list[str]:
+    """Translate ``texts`` with ``strategy`` (greedy, beam or sample), in batches.
+
+    ``engine``: a ``tfm_solution.fast.InferenceEngine`` over ``model`` to decode with, in place of
+    ``decoding``'s functions (``use_cache`` does not apply)."""
     if strategy not in ("greedy", "beam", "sample"):
         raise ValueError(f"strategy must be greedy, beam or sample, got {strategy!r}")
     device = next(model.parameters()).device
@@ -258,14 +261,18 @@ def decode_texts(model: EncoderDecoder, tokenizers: TokenizerPair, texts: list[s
         src = pad_batch([tokenizers.encode_src(t) for t in texts[i: i + batch_size]]).to(device)
         src_mask = (src != PAD).unsqueeze(-2)
         max_len = src.size(1) + max_extra
-        if strategy == "beam":
+        if strategy == "beam" and engine is not None:
+            rows = [h[0].tokens for h in engine.beam_search(src, src_mask, max_len, BOS, EOS, beam_size=beam_size)]
+        elif strategy == "beam":
             hyps = beam_search(model, src, src_mask, max_len, BOS, EOS, beam_size=beam_size, use_cache=use_cache)
             rows = [h[0].tokens for h in hyps]
         elif strategy == "greedy":
-            rows = greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD, use_cache).tolist()
+            rows = (engine.greedy_decode(src, src_mask, max_len, BOS, EOS, PAD) if engine is not None
+                    else greedy_decode(model, src, src_mask, max_len, BOS, EOS, PAD, use_cache)).tolist()
         else:
-            rows = sample(model, src, src_mask, max_len, BOS, EOS, PAD, use_cache, temperature, top_k, top_p,
-                          generator).tolist()
+            draw = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+            rows = (engine.sample(src, src_mask, max_len, BOS, EOS, PAD, **draw) if engine is not None
+                    else sample(model, src, src_mask, max_len, BOS, EOS, PAD, use_cache, **draw)).tolist()
         results += [tokenizers.decode_tgt(row[1:]) for row in rows]
     return results
 

@@ -1,21 +1,24 @@
 """A decoding engine over the model's weights: the same tokens as ``decoding``, fewer and cheaper kernels.
 
-At batch 1 a cached decoding step is about fifty matrix-vector products that each stream a weight
-matrix from memory; PyTorch's CPU kernel for ``F.linear`` reads an ``(out, in)`` weight well below
-the memory bandwidth, and ``x @ W_t`` with the weight stored ``(in, out)`` reads it faster. So the
-engine keeps, built once and rebuilt when the model's parameters change:
+A cached decoding step is about fifty products with weights that never change, then small
+operations around them. So the engine keeps, built once and rebuilt when the model's parameters
+change:
 
-* each decoder layer's Q/K/V projections as one ``(d_model, 3 d_model)`` matrix, and its other
-  projections, transposed; the generator's projection transposed; the target embedding pre-scaled;
+* every projection as a kernel object of ``linear`` (the layout each kernel reads fastest:
+  transposed for one row, MKL-packed for a batch, or int8 with ``int8=True``), each encoder and
+  decoder layer's Q/K/V projections fused into one; the target embedding pre-scaled;
 * the cross-attention K/V projections of all layers as one matrix, applied to the encoder memory
   once per sentence; the cross-attention's additive mask, built once per sentence;
 * a preallocated self-attention cache ``StaticKVCache`` with a length pointer (the notes' §7.5),
-  in place of the concatenation that ``kv_cache.KVCache`` does at every step.
+  in place of the concatenation that ``kv_cache.KVCache`` does at every step, and its per-layer
+  views made once per sentence.
+
+It runs under ``torch.inference_mode`` (no autograd bookkeeping on each small operation).
 
 It computes as the model does in eval mode (no dropout), with either LayerNorm flavour and either
 norm position. ``greedy_decode``, ``sample`` and ``beam_search`` take the arguments of the functions
 of the same name in ``tfm_solution.decoding`` (without ``model`` and ``use_cache``) and give the
-same tokens.
+same tokens in float32; with ``int8=True`` a few tokens change (``benchmarks/RESULTS.md``).
 
     engine = InferenceEngine(model)
     ys = engine.greedy_decode(src, src_mask, max_len=60, start_symbol=BOS, end_symbol=EOS)
@@ -26,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -37,68 +40,89 @@ from ..attention import mask_fill_value
 from ..data import PAD
 from ..decoding import Hypothesis, beam_step, length_penalty, sample_token
 from ..encoder_decoder import EncoderDecoder
-from .forward import Projection, additive_mask, encode, fuse
+from .forward import additive_mask, fuse
 from .layer_norm import apply_norm, layer_norm
+from .linear import DenseLinear, Int8Linear, int8_available
 
 
-class Transposed(NamedTuple):
-    """A linear map stored for ``torch.addmm(bias, x, weight_t)``: weight ``(in, out)``, bias ``(out,)``."""
-
-    weight_t: torch.Tensor
-    bias: torch.Tensor
-
-    @classmethod
-    def of(cls, proj: Projection, dtype: torch.dtype) -> "Transposed":
-        return cls(proj.weight.detach().t().to(dtype).contiguous(), proj.bias.detach().to(dtype))
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(self.bias, x, self.weight_t)
+Linear = DenseLinear | Int8Linear
 
 
 class StepLayer(NamedTuple):
     """One decoder layer's projections and its three sublayers' LayerNorms (in the step's dtype)."""
 
     norms: list[nn.Module]
-    qkv: Transposed
-    self_out: Transposed
-    cross_q: Transposed
-    cross_out: Transposed
-    w_1: Transposed
-    w_2: Transposed
+    qkv: Linear
+    self_out: Linear
+    cross_q: Linear
+    cross_out: Linear
+    w_1: Linear
+    w_2: Linear
+
+
+class EncoderLayerWeights(NamedTuple):
+    """One encoder layer's projections (Q/K/V fused) and its two sublayers' LayerNorms."""
+
+    norms: list[nn.Module]
+    qkv: Linear
+    out: Linear
+    w_1: Linear
+    w_2: Linear
 
 
 class Frozen(NamedTuple):
     """Everything the engine derives from the parameters (see the module docstring)."""
 
-    encoder_qkv: list[Projection]
-    cross_kv: Projection
+    encoder: list[EncoderLayerWeights]
+    encoder_norm: nn.Module
+    cross_kv: Linear  # every decoder layer's cross-attention K and V, one product
     layers: list[StepLayer]
     final_norm: nn.Module
-    generator: Transposed
+    generator: Linear
     embedding: torch.Tensor  # (vocab, d_model), already multiplied by sqrt(d_model)
 
+    def step_linears(self) -> list[Linear]:
+        """The products of one decoding step, in the order the step runs them."""
+        return [lin for layer in self.layers for lin in layer[1:]] + [self.generator]
 
-def freeze(model: EncoderDecoder, dtype: torch.dtype) -> Frozen:
-    """Derive the engine's weights from ``model``, those of the decoding step in ``dtype``."""
+    def linears(self) -> list[Linear]:
+        """Every product the engine runs: the encoder's, the cross-attention K/V and the step's."""
+        return [lin for layer in self.encoder for lin in layer[1:]] + [self.cross_kv] + self.step_linears()
 
-    def t(*linears) -> Transposed:
-        return Transposed.of(fuse(linears), dtype)
+
+def freeze(model: EncoderDecoder, dtype: torch.dtype, int8: bool = False, prepack: bool = True) -> Frozen:
+    """Derive the engine's weights from ``model``: the decoding step's in ``dtype``, the encoder's
+    in the model's own dtype; with ``int8``, every projection as an ``Int8Linear``."""
+    model_dtype = model.generator.proj.weight.dtype
+
+    def linear(*linears: nn.Linear, step: bool = True) -> Linear:
+        proj = fuse(linears)
+        if int8:
+            return Int8Linear(proj.weight, proj.bias)
+        return DenseLinear(proj.weight, proj.bias, dtype if step else model_dtype, prepack and step)
 
     def norm(module: nn.Module) -> nn.Module:
-        return module if module.a_2.dtype == dtype else copy.deepcopy(module).to(dtype)
+        return module if isinstance(module, nn.Identity) or module.a_2.dtype == dtype else copy.deepcopy(
+            module).to(dtype)
 
     with torch.no_grad():
+        encoder = [EncoderLayerWeights([conn.norm for conn in layer.sublayer], linear(*layer.self_attn.linears[:3],
+                                       step=False), linear(layer.self_attn.linears[3], step=False),
+                                       linear(layer.feed_forward.w_1, step=False),
+                                       linear(layer.feed_forward.w_2, step=False)) for layer in model.encoder.layers]
         layers = [StepLayer([norm(conn.norm) for conn in layer.sublayer],
-                            t(*layer.self_attn.linears[:3]), t(layer.self_attn.linears[3]),
-                            t(layer.src_attn.linears[0]), t(layer.src_attn.linears[3]),
-                            t(layer.feed_forward.w_1), t(layer.feed_forward.w_2)) for layer in model.decoder.layers]
+                            linear(*layer.self_attn.linears[:3]), linear(layer.self_attn.linears[3]),
+                            linear(layer.src_attn.linears[0]), linear(layer.src_attn.linears[3]),
+                            linear(layer.feed_forward.w_1), linear(layer.feed_forward.w_2))
+                  for layer in model.decoder.layers]
         embed = model.tgt_embed[0]
         return Frozen(
-            [fuse(layer.self_attn.linears[:3]) for layer in model.encoder.layers],
-            fuse([lin for layer in model.decoder.layers for lin in layer.src_attn.linears[1:3]]),
+            encoder,
+            model.encoder.norm,
+            linear(*[lin for layer in model.decoder.layers for lin in layer.src_attn.linears[1:3]], step=False),
             layers,
-            model.decoder.norm if isinstance(model.decoder.norm, nn.Identity) else norm(model.decoder.norm),
-            t(model.generator.proj),
+            norm(model.decoder.norm),
+            linear(model.generator.proj),
             (embed.lut.weight * math.sqrt(embed.d_model)).to(dtype),
         )
 
@@ -125,31 +149,41 @@ class StaticKVCache:
         return self.kv.numel() * self.kv.element_size()
 
 
-def write_kv(kv: torch.Tensor, layer: int, new: torch.Tensor, pos: int | torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Store ``new`` ``(2, batch, heads, d_k)`` at position ``pos`` of ``layer`` in a
-    ``StaticKVCache.kv``; return the keys and values to attend to, each ``(batch, heads, n, d_k)``.
+def write_kv(kv: torch.Tensor, new: torch.Tensor, pos: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Store ``new`` ``(2, batch, heads, d_k)`` at position ``pos`` of one layer's cache ``kv``
+    ``(2, batch, heads, max_len, d_k)``; return the keys and values to attend to, each
+    ``(batch, heads, n, d_k)``.
 
     An ``int`` position returns the filled prefix (``n = pos + 1``, a view). A tensor position
     ``(1,)`` keeps every shape the same from step to step, as ``torch.compile`` wants: it returns
     all ``max_len`` positions, and the caller masks those after ``pos``.
     """
     if isinstance(pos, int):
-        kv[layer, :, :, :, pos] = new
-        filled = kv[layer, :, :, :, : pos + 1]
-        return filled[0], filled[1]
-    kv[layer].index_copy_(3, pos, new.unsqueeze(3))
-    return kv[layer, 0], kv[layer, 1]
+        kv.select(3, pos).copy_(new)
+        return kv.narrow(3, 0, pos + 1).unbind(0)
+    kv.index_copy_(3, pos, new.unsqueeze(3))
+    return kv.unbind(0)
 
 
 @dataclass
 class DecodeState:
-    """One batch being decoded: its self-attention cache, and the cross-attention keys and values
-    ``(layers, 2, batch, heads, src_len, d_k)`` and additive mask ``(batch, 1, 1, src_len)``."""
+    """One batch being decoded: its self-attention cache, the cross-attention keys and values
+    ``(layers, 2, batch, heads, src_len, d_k)`` and additive mask ``(batch, 1, 1, src_len)``, and
+    the sinusoid table ``(max_len, d_model)`` in the step's dtype.
+
+    ``layer_kv`` and ``cross`` are per-layer views of ``cache.kv`` and ``cross_kv``, made once per
+    sentence rather than once per step (each view is an operation of its own)."""
 
     cache: StaticKVCache
     cross_kv: torch.Tensor
     cross_mask: torch.Tensor
+    pe: torch.Tensor
+    layer_kv: list[torch.Tensor] = field(init=False)
+    cross: list[tuple[torch.Tensor, torch.Tensor]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.layer_kv = list(self.cache.kv.unbind(0))
+        self.cross = [tuple(layer.unbind(0)) for layer in self.cross_kv.unbind(0)]
 
 
 def _check(max_len: int, src: torch.Tensor, src_mask: torch.Tensor) -> None:
@@ -170,12 +204,27 @@ class InferenceEngine:
             The encoder always runs in the model's own dtype.
         fixed_shape: attend over the whole preallocated cache, masking the positions not yet
             decoded, so that every step has the same shapes (what ``compile`` needs); the same numbers.
+        int8: every projection, the encoder's included, as a dynamic int8 product (``linear.Int8Linear``):
+            a quarter of the weight bytes, activations still float32; the numbers differ, and with
+            them some tokens (the tests bound how much).
+        prepack: for batches (or beams) of more than one row, MKL-packed copies of the step's
+            float32 weights (``linear.DenseLinear``); False keeps ``addmm`` everywhere.
     """
 
-    def __init__(self, model: EncoderDecoder, dtype: torch.dtype | None = None, fixed_shape: bool = False) -> None:
+    def __init__(self, model: EncoderDecoder, dtype: torch.dtype | None = None, fixed_shape: bool = False,
+                 int8: bool = False, prepack: bool = True) -> None:
+        if int8 and dtype not in (None, torch.float32):
+            raise ValueError(f"the int8 engine computes its activations in float32; got dtype={dtype}")
+        if int8 and next(model.parameters()).device.type != "cpu":
+            raise ValueError("the int8 engine runs on the CPU: move the model there first (model.cpu())")
+        if int8 and not int8_available():
+            raise RuntimeError("this PyTorch build has no quantized engine, so no int8 linear kernel; "
+                               "decode in float32 instead")
         self.model = model
         self.dtype = dtype
         self.fixed_shape = fixed_shape
+        self.int8 = int8
+        self.prepack = prepack
         self.cache_len = 0
         self._frozen: Frozen | None = None
         self._signature: list[tuple[torch.Tensor, int, int]] = []
@@ -189,7 +238,7 @@ class InferenceEngine:
         current = [(p, p._version, p.data_ptr()) for p in self.model.parameters()]
         if self._frozen is None or len(current) != len(self._signature) or any(
                 p is not q or v != w or a != c for (p, v, a), (q, w, c) in zip(current, self._signature)):
-            self._frozen = freeze(self.model, self.dtype or current[0][0].dtype)
+            self._frozen = freeze(self.model, self.dtype or current[0][0].dtype, self.int8, self.prepack)
             self._signature = current
         return self._frozen
 
@@ -197,7 +246,32 @@ class InferenceEngine:
         """Forget the derived weights; the next ``start`` rebuilds them from the parameters."""
         self._frozen = None
 
-    @torch.no_grad()
+    def nbytes(self) -> int:
+        """Bytes of the derived projections (int8 weights, or float weights and their packed copies)."""
+        return sum(lin.nbytes() for lin in self.weights().linears())
+
+    @torch.inference_mode()
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """``model.encode`` over the engine's projections: ``(batch, src_len)`` -> ``(batch, src_len, d_model)``."""
+        model, w = self.model, self.weights()
+        h = model.encoder.layers[0].self_attn.h
+        x = model.src_embed(src)  # eval mode: the scaled embedding plus the sinusoids, no dropout
+        b, s, d = x.shape
+        mask = additive_mask(src_mask, x.dtype)
+        x = x.reshape(b * s, d)  # every product sees rows, the attention (batch, heads, len, d_k)
+        for layer, lw in zip(model.encoder.layers, w.encoder):
+
+            def self_attention(y: torch.Tensor) -> torch.Tensor:
+                q, k, v = lw.qkv(y).view(b, s, 3, h, -1).permute(2, 0, 3, 1, 4)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                return lw.out(out.transpose(1, 2).reshape(b * s, d))
+
+            post = layer.sublayer[0].norm_position == "post"
+            x = _residual(post, lw.norms[0], x, self_attention)
+            x = _residual(post, lw.norms[1], x, lambda y: lw.w_2(lw.w_1(y).relu_()))
+        return apply_norm(x, w.encoder_norm).view(b, s, d)
+
+    @torch.inference_mode()
     def start(self, src: torch.Tensor, src_mask: torch.Tensor, steps: int) -> DecodeState:
         """Encode ``src`` ``(batch, src_len)`` and prepare ``steps`` decoding steps."""
         model, w = self.model, self.weights()
@@ -207,16 +281,18 @@ class InferenceEngine:
         pe = model.tgt_embed[1].pe
         if steps > pe.size(1):
             raise ValueError(f"{steps} steps exceed the positional table (max_len={pe.size(1)})")
-        memory = encode(model, src, src_mask, w.encoder_qkv)
+        memory = self.encode(src, src_mask)
         dtype = w.embedding.dtype
-        b, s, _ = memory.shape
-        kv = F.linear(memory, w.cross_kv.weight, w.cross_kv.bias).to(dtype)
+        b, s, d = memory.shape
+        kv = w.cross_kv(memory.view(b * s, d)).to(dtype)
         kv = kv.view(b, s, len(w.layers), 2, layer.h, layer.d_k).permute(2, 3, 0, 4, 1, 5).contiguous()
+        for lin in w.step_linears():
+            lin.prepare(b)
         cache = StaticKVCache(len(w.layers), b, layer.h, max(steps, self.cache_len, 1), layer.d_k, dtype,
                               memory.device)
-        return DecodeState(cache, kv, additive_mask(src_mask, dtype))
+        return DecodeState(cache, kv, additive_mask(src_mask, dtype), pe[0].to(dtype))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self, state: DecodeState, token: torch.Tensor) -> torch.Tensor:
         """Log-probabilities ``(batch, vocab)`` (float32) of the token after ``token`` ``(batch,)``,
         the token at position ``state.cache.length``; the cache advances by one."""
@@ -226,35 +302,37 @@ class InferenceEngine:
         pos: int | torch.Tensor = cache.length
         if self.fixed_shape:  # a tensor position, and a token column whose stride is 1 whatever max_len
             pos, token = torch.tensor([cache.length], device=token.device), token.contiguous()
-        log_probs = self._step(token, pos, cache.kv, state.cross_kv, state.cross_mask)
+        log_probs = self._step(token, pos, state.layer_kv, state.cross, state.cross_mask, state.pe)
         cache.length += 1
         return log_probs
 
-    def _step(self, token: torch.Tensor, pos: int | torch.Tensor, kv: torch.Tensor, cross_kv: torch.Tensor,
-              cross_mask: torch.Tensor) -> torch.Tensor:
+    def _step(self, token: torch.Tensor, pos: int | torch.Tensor, layer_kv: list[torch.Tensor],
+              cross: list[tuple[torch.Tensor, torch.Tensor]], cross_mask: torch.Tensor, pe: torch.Tensor
+              ) -> torch.Tensor:
         """The decoding step as a function of tensors only (what ``compile`` compiles); ``pos`` as
-        in ``write_kv``."""
+        in ``write_kv``, the other arguments as in ``DecodeState``."""
         model, w = self.model, self._frozen
         h = model.decoder.layers[0].self_attn.h
-        x = w.embedding[token] + model.tgt_embed[1].pe[0, pos].to(w.embedding.dtype)
+        x = F.embedding(token, w.embedding) + pe[pos]
         b = x.size(0)
         self_mask = None
         if not isinstance(pos, int):  # hide the positions after pos from the fixed-length cache
-            later = torch.arange(kv.size(4), device=kv.device).view(1, -1) > pos
+            kv = layer_kv[0]
+            later = torch.arange(kv.size(3), device=kv.device).view(1, -1) > pos
             self_mask = torch.zeros(later.shape, dtype=kv.dtype, device=kv.device).masked_fill(
                 later, mask_fill_value(kv.dtype))
-        for i, (layer, lw) in enumerate(zip(model.decoder.layers, w.layers)):
+        for layer, lw, kv, (cross_k, cross_v) in zip(model.decoder.layers, w.layers, layer_kv, cross):
 
             def self_attention(y: torch.Tensor) -> torch.Tensor:
                 qkv = lw.qkv(y).view(b, 3, h, -1)
-                k, v = write_kv(kv, i, qkv[:, 1:].transpose(0, 1), pos)
+                k, v = write_kv(kv, qkv[:, 1:].transpose(0, 1), pos)
                 out = F.scaled_dot_product_attention(qkv[:, :1].transpose(1, 2), k, v, attn_mask=self_mask)
-                return lw.self_out(out.reshape(b, -1))
+                return lw.self_out(out.view(b, -1))
 
             def cross_attention(y: torch.Tensor) -> torch.Tensor:
-                q = lw.cross_q(y).view(b, h, 1, -1)
-                out = F.scaled_dot_product_attention(q, cross_kv[i, 0], cross_kv[i, 1], attn_mask=cross_mask)
-                return lw.cross_out(out.reshape(b, -1))
+                out = F.scaled_dot_product_attention(lw.cross_q(y).view(b, h, 1, -1), cross_k, cross_v,
+                                                     attn_mask=cross_mask)
+                return lw.cross_out(out.view(b, -1))
 
             post = layer.sublayer[0].norm_position == "post"
             x = _residual(post, lw.norms[0], x, self_attention)
@@ -267,6 +345,9 @@ class InferenceEngine:
         new batch size, source length or cache length compiles once, then steps reuse it.
         ``cache_len``: give every cache at least that many positions, so that one compilation
         serves every output length up to it."""
+        if self.int8:
+            raise ValueError("compile is for the floating-point engine: torch.compile cannot trace the int8 "
+                             "kernel's packed weights")
         self.fixed_shape = True
         self.cache_len = cache_len
         self._step = torch.compile(self._step, dynamic=False, **options)
@@ -289,13 +370,13 @@ class InferenceEngine:
                     return ys[:, : t + 2]
         return ys
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def greedy_decode(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
                       end_symbol: int | None = None, pad: int = PAD) -> torch.Tensor:
         """``decoding.greedy_decode`` with this engine: ``(batch, src_len) -> (batch, <= max_len)`` ids."""
         return self._autoregress(src, src_mask, max_len, start_symbol, end_symbol, pad, lambda lp: lp.argmax(-1))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def sample(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
                end_symbol: int | None = None, pad: int = PAD, temperature: float = 1.0, top_k: int | None = None,
                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -303,7 +384,7 @@ class InferenceEngine:
         return self._autoregress(src, src_mask, max_len, start_symbol, end_symbol, pad,
                                  lambda lp: sample_token(lp, temperature, top_k, top_p, generator))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def beam_search(self, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, start_symbol: int,
                     end_symbol: int, beam_size: int = 4, alpha: float = 0.6, n_best: int = 1
                     ) -> list[list[Hypothesis]]:
