@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -292,3 +293,38 @@ def test_the_contract_holds_through_the_sandboxed_worker(tmp_path):
     report = grade_path(path, only=kv.id)
     assert report.exercise_score(kv.id) == kv.points, [t.output for t in report.tests if t.score < t.max_score]
     assert sum("a torch dtype" in t.name for t in report.tests) == 3
+
+
+@pytest.mark.fast
+def test_the_chinese_course_states_the_contract_in_chinese_and_translators_never_see_it():
+    """On every translated page (not pending) each statement in ``zh/`` ends with the contract rendered in
+    Chinese from the grading module, and no English clause is left; the unit a translator translates (and
+    whose hash a translation records) is the statement's hand-written part only, so a change of the
+    contract leaves every translation valid; a declared sentence without Chinese is named as a problem."""
+    import dataclasses
+
+    from autograder.contract import hand_written, localized
+    from scripts import translations as tr
+
+    pending = set(tr.settings(REPO_ROOT).get("pending") or [])
+    translated = [e for e in REGISTRY if f"chapters/{e.chapter}/{Path(e.notebook).stem}" not in pending]
+    assert {e.chapter[:2] for e in translated} >= {"01", "02", "03", "04"}
+    for exercise in translated:
+        cells = nbformat.read(REPO_ROOT / "zh" / "chapters" / exercise.chapter / exercise.notebook, as_version=4).cells
+        statement = cells[statement_index(cells, exercise)].source
+        assert statement.rstrip().endswith(markdown(exercise, "zh")), exercise.id
+        assert "**Contract.**" not in statement and "a call draws no random numbers" not in statement, exercise.id
+        assert hand_written(statement).strip() and START not in hand_written(statement), exercise.id
+
+    exercise = by_id("ch03.attention")
+    docname = f"chapters/{exercise.chapter}/{Path(exercise.notebook).stem}"
+    nb = nbformat.read(REPO_ROOT / "chapters" / exercise.chapter / exercise.notebook, as_version=4)
+    index = statement_index(nb.cells, exercise)
+    units = tr.notebook_page(docname, nb).units()
+    changed = dataclasses.replace(exercise, contract=dataclasses.replace(exercise.contract, dtype="float16 only"))
+    nb.cells[index].source = hand_written(nb.cells[index].source) + "\n\n" + markdown(changed)
+    assert tr.notebook_page(docname, nb).units() == units  # the stamps stay valid
+    assert localized(markdown(changed), "zh") is None  # no exercise has that contract (nor Chinese for it)
+    assert [p for p in tr.contract_problems(docname, nb) if nb.cells[index].id in p]
+    shown = tr.translate_notebook(nb, units).cells[index].source
+    assert shown.endswith(markdown(changed))  # without Chinese, the English contract is shown, not dropped
