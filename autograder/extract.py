@@ -394,6 +394,8 @@ def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:
                 words += [*sub.name.split("."), sub.asname]
             if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
                 words += [b for b in banned if b in sub.value]
+            if isinstance(getattr(sub, "op", None), ast.MatMult):  # `a @ b` and `a @= b` call matmul
+                words.append("matmul")
             used.update(w for w in words if w in banned)
             if isinstance(sub, ast.Name):
                 todo += definitions.get(sub.id, [])

@@ -23,17 +23,18 @@ from pathlib import Path
 import torch
 
 from autograder import worker as wire
-from autograder.cases import built, graded_cases, reference_classes
+from autograder.cases import built, case_points, case_request, graded_cases, reference_classes, watched
 from autograder.checks import run_checks
-from autograder.compare import Verdict, compare, compare_structures, compare_xavier, parse_structures
-from autograder.exercises.shared import Case, resolve
+from autograder.compare import (Verdict, changed_inputs, compare, compare_attributes, compare_initial, compare_nucleus,
+                                compare_structures, compare_xavier, moved_generators, parse_structures, split_record)
+from autograder.exercises.shared import CHECKS, Case, resolve
 from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_notebook, read_submission,
                                 shortcut_uses, without_docstrings)
 from autograder.feedback import bound, fenced
 from autograder.gradescope import packaged_salt
 from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
-from autograder.results import ERROR_NOTE, Report, TestResult, split_points
+from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import (Limits, SandboxFailed, Worker, WorkerDied, fork_server, hidden_paths, isolation,
                                 kill_all)
 
@@ -90,6 +91,18 @@ def _pack_args(case: Case) -> tuple[list, dict, list[bytes]]:
     return [_pack(a, buffers) for a in case.args], {k: _pack(v, buffers) for k, v in case.kwargs.items()}, buffers
 
 
+def build_request(exercise: Exercise, case: Case, reference, seed: int) -> tuple[dict, list[bytes], dict | None]:
+    """A case as the worker receives it: ``(request, its buffers, the reference's weights sent with it)``."""
+    args, kwargs, buffers = _pack_args(case)
+    request = {"args": args, "kwargs": kwargs, **case_request(exercise, case, seed)}
+    state = _reference_state(reference, case, seed)
+    if case.construct is not None:
+        request["construct"] = [_pack(a, buffers) for a in case.construct]
+    if state is not None:
+        request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES) for k, v in state.items()}
+    return request, buffers, state
+
+
 def _local_args(case: Case) -> tuple[tuple, dict]:
     """Fresh copies of the case's inputs: code that updates its input in place changes no other call's."""
 
@@ -108,7 +121,7 @@ def _reference_state(reference, case: Case, seed: int) -> dict[str, torch.Tensor
     """
     if case.construct is None or case.structure or case.measure is not None:
         return None
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(seed)
     module = reference(*built(case.construct))
     state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     if case.distinct:
@@ -118,37 +131,27 @@ def _reference_state(reference, case: Case, seed: int) -> dict[str, torch.Tensor
     return state
 
 
-def _expected(fn, case: Case, state: dict | None = None, seed: int = 0):
-    """What ``fn`` (a function, or a module class given the weights ``state``) returns on the case.
-
-    As in the worker: a structure case describes the module as built; a module takes the weights
-    that fit it; every dropout call is ``FixedDropout`` reset to ``seed`` (the request's seed); a
-    training-mode case answers with gradients too (``worker.run_graded``).
-    """
-    if case.structure:
-        return [wire.describe_structure(fn(*arguments)) for arguments in built(case.args)]
-    if case.driver is not None:
-        torch.manual_seed(seed)  # as the worker does before building the arguments
-        args, _ = _local_args(case)
-        with wire.FixedDropout(seed):
-            return _plain(wire.DRIVERS[case.driver](fn, list(args), reference_classes()))
+def _record(exercise: Exercise | None, fn, case: Case, state: dict | None = None, seed: int = 0, *,
+            watch: bool = True):
+    """What ``fn`` (a function, or a module class given the weights ``state``) answers on the case, computed
+    as the worker computes it (``worker.answer``, from the same request, ``cases.case_request``): every
+    dropout call is ``FixedDropout`` reset to ``seed``; a structure case gives ``(structures, initial values)``;
+    a watched case ``(answer, (arguments after the call, generator states, attributes))``."""
+    request = case_request(exercise, case, seed)
+    request["watch"] &= watch
+    torch.default_generator.manual_seed(seed)  # as the worker does before building the arguments
     args, kwargs = _local_args(case)
-    module = None
-    if case.construct is not None and case.measure is not None:
-        torch.manual_seed(seed)  # as the worker does before building
-        return _plain(wire.MEASURES[case.measure](fn(*built(case.construct))))
-    if case.construct is not None:
-        fn = module = fn(*built(case.construct))
-        wire.load_fitting(module, state)
-        module.train(case.train)
-        if case.method:
-            fn = getattr(module, case.method)
+    construct = None if case.construct is None else list(built(case.construct))
     with wire.FixedDropout(seed):
-        result = wire.run_graded(fn, list(args), kwargs, list(case.gradients) if case.train else None, seed,
-                                 module)
-    if case.attributes:
-        result = tuple(getattr(result, a) for a in case.attributes)
-    return _plain(result)
+        result, structures, _ = wire.answer(fn, request, list(args), kwargs, construct, state, reference_classes())
+    return _plain(result) if structures is None else (structures, _plain(result))
+
+
+def _expected(fn, case: Case, state: dict | None = None, seed: int = 0):
+    """What ``fn`` returns on the case, as in the worker (``_record``): the answer alone (a structure case:
+    the structures), without what the harness checks besides."""
+    found = _record(None, fn, case, state, seed, watch=False)
+    return found[0] if case.structure else found
 
 
 def _plain(value):
@@ -164,12 +167,65 @@ def error_text(exc: BaseException) -> str:
 
 
 def verdict(exercise: Exercise, case: Case, got, expected) -> Verdict:
-    """Whether ``got`` matches ``expected`` on this case (a structure, or returned values), and why not."""
+    """Whether the answer ``got`` matches ``expected`` on this case (a structure, or returned values), and
+    why not: what a declared mistake is recognised by."""
     if case.structure:
         return compare_structures(got, expected)
     if case.measure == "xavier":
         return compare_xavier(got, expected)
-    return compare(got, expected, case.rtol, case.atol, names=_item_names(exercise, case))
+    if case.judge == "nucleus":
+        return compare_nucleus(got, expected, case.args[0])
+    names = _item_names(exercise, case)
+    contract = exercise.contract
+    found = compare(got, expected, case.rtol, case.atol, names=names, widen=contract.may_widen if contract else ())
+    if case.train and not found.ok:
+        found.lines += _cut_off(got, expected, names)
+    return found
+
+
+def _cut_off(got, expected, names: tuple[str, ...]) -> list[str]:
+    """The gradient that no longer arrives (all zeros where the reference's is not): the result was cut off."""
+    if not (isinstance(got, tuple) and isinstance(expected, tuple) and len(got) == len(expected)):
+        return []
+    for name, g, e in zip(names, got, expected):
+        if (name.startswith("gradient") and isinstance(g, torch.Tensor) and isinstance(e, torch.Tensor)
+                and g.shape == e.shape and not bool(g.any()) and bool(e.any())):
+            return [f"{CHECKS['gradients']}: no {name} arrives: the result is cut off from the graph (`.detach()`, "
+                    "`.data`, `torch.no_grad()`, `torch.tensor(...)` or a copy into a new tensor on the way)"]
+    return []
+
+
+def judge(exercise: Exercise, case: Case, got, expected, seed: int) -> Verdict:
+    """The whole verdict on a case, from the worker's record ``got`` and the reference's ``expected``
+    (``_record``): the answer (``verdict``), and the contract: on a structure case the initial values, on a
+    watched case the arguments left unchanged, the generators left alone and the attributes kept."""
+    if case.structure:
+        found = verdict(exercise, case, got[0], expected[0])
+        initial = compare_initial(got[1], expected[1], case_request(exercise, case, seed)["init"])
+        return Verdict(found.ok and initial.ok, initial.lines + found.lines, found.ok)
+    if not watched(case):
+        found = verdict(exercise, case, got, expected)
+        return Verdict(found.ok, found.lines, found.ok)
+    answer, after, states, kept = split_record(got, len(case.keep))
+    wanted, _, _, wanted_kept = split_record(expected, len(case.keep))
+    found = verdict(exercise, case, answer, wanted)
+    lines = []
+    contract = exercise.contract
+    if after is not None and (contract is None or contract.pure):
+        sent = (case.args, tuple(case.kwargs[k] for k in sorted(case.kwargs)))
+        lines += changed_inputs(sent, after, argument_names(exercise, case))
+    if contract is None or not contract.draws:
+        lines += moved_generators(states, seed)
+    if case.keep:
+        lines += compare_attributes(case.keep, kept, wanted_kept, case.rtol, case.atol).lines
+    return Verdict(found.ok and not lines, found.lines + lines, found.ok)
+
+
+def value_of(case: Case, record):
+    """The answer in a record of ``_record``'s or the worker's (``ValueError`` if it is malformed)."""
+    if case.structure:
+        return record[0]
+    return split_record(record, len(case.keep))[0] if watched(case) else record
 
 
 def _item_names(exercise: Exercise, case: Case) -> tuple[str, ...]:
@@ -180,11 +236,36 @@ def _item_names(exercise: Exercise, case: Case) -> tuple[str, ...]:
     if exercise.kind == "factory":  # the signature of what the case calls on the built module
         called = reference(*built(case.construct))
         reference = getattr(called, case.method) if case.method else called
-    forward = list(inspect.signature(reference.forward).parameters)[1:]
-    inputs = [forward[i] if i < len(forward) else f"argument {i}" for i, a in enumerate(case.args)
-              if isinstance(a, torch.Tensor) and a.is_floating_point()]
-    return ("output", *(f"gradient of the input `{n}`" for n in inputs),
-            *(f"gradient of `{n}`" for n in case.gradients))
+    if exercise.kind == "function":
+        parameters = list(inspect.signature(reference).parameters)
+    else:
+        parameters = list(inspect.signature(reference.forward).parameters)[1:]
+    chosen = range(len(case.args)) if case.inputs is None else case.inputs
+    inputs = [parameters[i] if i < len(parameters) else f"argument {i}" for i, a in enumerate(case.args)
+              if i in chosen and isinstance(a, torch.Tensor) and a.is_floating_point()]
+    outputs = exercise.return_names or ("output",)
+    gradients = []
+    for output in outputs:
+        through = "" if len(outputs) == 1 else f" through `{output}`"
+        gradients += [f"gradient of the input `{n}`{through}" for n in inputs]
+        gradients += [f"gradient of `{n}`{through}" for n in case.gradients]
+    return (*outputs, *gradients)
+
+
+def argument_names(exercise: Exercise, case: Case) -> list[str]:
+    """The names of the case's arguments, positional then keyword (sorted), for the feedback."""
+    reference = resolve(exercise.reference)
+    try:
+        if exercise.kind == "function":
+            parameters = list(inspect.signature(reference).parameters)
+        elif exercise.kind == "module" and case.method is None:
+            parameters = list(inspect.signature(reference.forward).parameters)[1:]
+        else:
+            parameters = []
+    except (TypeError, ValueError):
+        parameters = []
+    return [parameters[i] if i < len(parameters) else f"argument {i}" for i in range(len(case.args))] + \
+        sorted(case.kwargs)
 
 
 def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = None,
@@ -197,7 +278,12 @@ def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = Non
         except Exception as exc:  # noqa: BLE001 - a mistake may fail on these inputs: then its error is its output
             matches = error is not None and error_text(exc) == error
         else:
-            matches = error is None and (verdict(exercise, case, got, wrong).ok or _same_nan_pattern(got, wrong))
+            try:
+                answer = value_of(case, got) if error is None else None
+            except ValueError:
+                answer = error = "unreadable"
+            matches = error is None and (verdict(exercise, case, answer, wrong).ok
+                                         or _same_nan_pattern(answer, wrong))
         if matches:
             found.append(f"**Diagnosis: {name}**: {mistake.message}.")
     return found
@@ -245,7 +331,7 @@ class ExerciseRun:
         self.extraction = extract(nb, exercise)
         self.seed = default_seed(exercise, self.extraction) if seed is None else seed
         all_cases = graded_cases(exercise, self.seed)
-        kept = [(c, w) for c, w in zip(all_cases, split_points(exercise.points, len(all_cases)), strict=True)
+        kept = [(c, w) for c, w in zip(all_cases, case_points(exercise.points, all_cases), strict=True)
                 if c.public or not public_only]
         self.cases = [c for c, _ in kept]
         self.weights = [w for _, w in kept]
@@ -306,16 +392,8 @@ class ExerciseRun:
         try:
             if self.worker is None:
                 self._start_worker()
-            args, kwargs, buffers = _pack_args(case)
-            request = {"id": f"{number}-{self.seed}", "seed": self.seed + number, "args": args, "kwargs": kwargs,
-                       "attributes": list(case.attributes), "train": case.train, "structure": case.structure,
-                       "gradients": list(case.gradients) if case.train else None, "method": case.method,
-                       "measure": case.measure, "driver": case.driver}
-            state = _reference_state(self.reference, case, self.seed + number)
-            if case.construct is not None:
-                request["construct"] = [_pack(a, buffers) for a in case.construct]
-            if state is not None:
-                request["state"] = {k: wire.pack_value(v, buffers, wire.MAX_FRAME_BYTES) for k, v in state.items()}
+            request, buffers, state = build_request(exercise, case, self.reference, self.seed + number)
+            request["id"] = f"{number}-{self.seed}"
             reply, out, seconds = self.worker.call(request, buffers)
         except WorkerDied as died:
             self.printed.append(self.worker.captured_output() if self.worker else died.output)
@@ -422,8 +500,9 @@ def not_defined(name: str, errors: list[str]) -> str:
 
 
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
-           out: list[bytes], state: dict | None = None, seed: int = 0) -> TestResult:
-    """Score one case from the worker's reply (plain data) against the live reference."""
+           out: list[bytes], state: dict | None = None, seed: int = 0, expected=None) -> TestResult:
+    """Score one case from the worker's reply (plain data) against the live reference (its record,
+    ``_record``, unless ``expected`` already holds it)."""
     lines = [f"Checked: {case.checks}."]
     if case.public and (case.construct is not None or case.structure):
         builds = case.args if case.structure else (case.construct,)
@@ -442,17 +521,23 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         return TestResult(name, 0.0, weight, "\n\n".join(lines + ["your code raised:\n\n" + fenced(error),
                                                                    *diagnosis]))
     try:
-        got = parse_structures(reply.get("structure")) if case.structure else wire.unpack_value(reply.get("value"), out)
+        got = wire.unpack_value(reply.get("value"), out)
+        if case.structure:
+            got = (parse_structures(reply.get("structure")), got)
+        value_of(case, got)  # a record of the right shape, or ValueError
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
-    found = verdict(exercise, case, got, _expected(reference, case, state, seed))
+    if expected is None:
+        expected = _record(exercise, reference, case, state, seed)
+    found = judge(exercise, case, got, expected, seed)
     if found.ok:
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
     unloaded = reply.get("unloaded")
     if case.construct is not None and isinstance(unloaded, list) and unloaded:
         names = ", ".join(f"`{n}`" for n in unloaded[:12] if isinstance(n, str))
         found.lines.append(f"the reference's weights did not all fit your module ({names}): see the structure line")
-    diagnosis = _diagnose(exercise, case, got, state, seed=seed)
+    # A declared mistake is recognised by the values it returns: only wrong values are compared with them.
+    diagnosis = [] if found.answer_ok else _diagnose(exercise, case, got, state, seed=seed)
     shown = found.lines[:MAX_MISMATCH_LINES]
     if len(found.lines) > len(shown):  # a model's gradients can fill pages: the diagnosis must stay in view
         shown.append(f"... and {len(found.lines) - len(shown)} more lines like these")

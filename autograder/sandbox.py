@@ -643,6 +643,12 @@ def _check_value(tree, sizes: list[int], used: set[int], depth: int, count: list
     elif "float" in tree:
         if tree["float"] not in ("nan", "inf", "-inf"):
             raise _Malformed("bad float")
+    elif "str" in tree:
+        if not isinstance(tree["str"], str) or len(tree["str"]) > wire.MAX_STRING_CHARS:
+            raise _Malformed("bad string")
+    elif "torch_dtype" in tree:
+        if tree["torch_dtype"] not in wire.WIRE_DTYPES:
+            raise _Malformed("bad dtype")
     elif "unsupported" in tree:
         text = str(tree["unsupported"])[:MAX_TEXT]
         tree["unsupported"] = "".join(c if c.isalnum() or c in " _.,:()[]-" else "?" for c in text)

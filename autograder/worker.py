@@ -38,6 +38,7 @@ WIRE_DTYPES = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
 }
+MAX_STRING_CHARS = 1000  # a string argument or result on the wire
 
 
 def encode_frame(header: dict, buffers: list[bytes]) -> bytes:
@@ -84,6 +85,8 @@ def pack_value(value, buffers: list[bytes], max_bytes: int):
 
     Tensors are copied into plain, dense, contiguous CPU tensors first (``torch.Tensor``
     subclasses and ``__torch_function__`` overrides are stripped), so what crosses is bytes.
+    Strings (at most ``MAX_STRING_CHARS``) and torch dtypes (those of ``WIRE_DTYPES``) cross by
+    name: an argument such as ``norm_position="post"`` or ``torch.float16`` reaches the answer.
     """
     import torch
 
@@ -106,12 +109,21 @@ def pack_value(value, buffers: list[bytes], max_bytes: int):
         if len(value) > 64:
             return {"unsupported": f"a {type(value).__name__} of {len(value)} items"}
         return {"seq": [pack_value(v, buffers, max_bytes) for v in value]}
+    if type(value) is str:
+        if len(value) > MAX_STRING_CHARS:
+            return {"unsupported": f"a string of {len(value)} characters"}
+        return {"str": value}
+    if type(value) is torch.dtype:
+        name = str(value).removeprefix("torch.")
+        return {"torch_dtype": name} if name in WIRE_DTYPES else {"unsupported": f"the dtype {name}"}
     if type(value) in (bool, int) or (type(value) is float and value == value and abs(value) != float("inf")):
         return {"scalar": value}
     if type(value) is float:
         return {"float": repr(value)}  # nan / inf: JSON has no literal for them
     if value is None:
         return {"none": True}
+    if type(value) is Unsupported:
+        return {"unsupported": value.why}
     return {"unsupported": f"a value of type {type(value).__name__}"}
 
 
@@ -144,6 +156,14 @@ def unpack_value(tree, buffers: list[bytes]):
         return tree["scalar"]
     if "float" in tree:
         return float(tree["float"])
+    if "str" in tree:
+        if not isinstance(tree["str"], str) or len(tree["str"]) > MAX_STRING_CHARS:
+            raise ValueError("malformed string")
+        return tree["str"]
+    if "torch_dtype" in tree:
+        if tree["torch_dtype"] not in WIRE_DTYPES:
+            raise ValueError("malformed dtype")
+        return getattr(torch, tree["torch_dtype"])
     if "none" in tree:
         return None
     if "module" in tree:
@@ -413,78 +433,280 @@ class FixedDropout:
 
 
 MAX_STRUCTURE_ENTRIES, MAX_NAME_CHARS, MAX_BUILDS = 256, 200, 8
+MAX_MODULE_DEPTH = 32  # nesting of submodules a walk follows (a module inside itself ends there)
+
+
+def walk_module(module) -> dict:
+    """A module's tensors, read from the modules' own ``_parameters``, ``_buffers`` and ``_modules``
+    dicts (with ``dict``'s and ``object``'s functions), never through the instance's methods, which a
+    submission may override to describe something else than what it holds.
+
+    ``{"parameters": [(name, tensor)], "buffers": [(name, tensor)], "state_dict": [(key, tensor)],
+    "all": {name: tensor}}``, as ``named_parameters``, ``named_buffers`` and ``state_dict`` would list
+    them for a plain ``nn.Module``: a module or tensor reached twice is listed once by the first two
+    and under every name by ``state_dict``; non-persistent buffers are left out of it.
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"the object built is a {type(module).__name__}, not a torch.nn.Module")
+    found: dict = {"parameters": [], "buffers": [], "state_dict": [], "all": {}}
+    seen_modules: set[int] = set()
+    seen = {"parameters": set(), "buffers": set()}
+
+    def own(m, key: str, kind: type):
+        value = object.__getattribute__(m, "__dict__").get(key)
+        return value if isinstance(value, kind) else kind()
+
+    def visit(m, prefix: str, depth: int, listed: bool) -> None:
+        if depth > MAX_MODULE_DEPTH or len(found["all"]) > 16 * MAX_STRUCTURE_ENTRIES:
+            raise ValueError("modules nested too deep, or too many of them (a module inside itself?)")
+        listed = listed and id(m) not in seen_modules
+        seen_modules.add(id(m))
+        transient = own(m, "_non_persistent_buffers_set", set)
+        for kind, table in (("parameters", "_parameters"), ("buffers", "_buffers")):
+            for name, tensor in dict.items(own(m, table, dict)):
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                full = prefix + str(name)
+                found["all"].setdefault(full, tensor)
+                if listed and id(tensor) not in seen[kind]:
+                    seen[kind].add(id(tensor))
+                    found[kind].append((full, tensor))
+                if kind == "parameters" or not set.__contains__(transient, name):
+                    found["state_dict"].append((full, tensor))
+        for name, child in dict.items(own(m, "_modules", dict)):
+            if isinstance(child, torch.nn.Module):
+                visit(child, f"{prefix}{name}.", depth + 1, listed)
+
+    visit(module, "", 0, True)
+    return found
+
+
+def _shape(tensor) -> list[int]:
+    import torch
+
+    with torch._C.DisableTorchFunction():
+        return list(torch.Tensor.size(tensor))
 
 
 def describe_structure(module) -> dict:
     """A module's parameters, buffers and ``state_dict``: names, shapes, ``requires_grad`` (JSON data).
 
     ``{"parameters": [[name, shape, requires_grad], ...], "buffers": [[name, shape], ...],
-    "state_dict": [[key, shape or None], ...]}``; what the structure check compares.
+    "state_dict": [[key, shape or None], ...]}``; what the structure check compares. Read by
+    ``walk_module``, not by the module's own (overridable) methods.
     """
-    import itertools
-
     import torch
 
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"the object built is a {type(module).__name__}, not a torch.nn.Module")
+    found = walk_module(module)
+    with torch._C.DisableTorchFunction():
+        return {
+            "parameters": [[str(n)[:MAX_NAME_CHARS], _shape(p), bool(torch.Tensor.requires_grad.__get__(p))]
+                           for n, p in found["parameters"][:MAX_STRUCTURE_ENTRIES]],
+            "buffers": [[str(n)[:MAX_NAME_CHARS], _shape(b)] for n, b in found["buffers"][:MAX_STRUCTURE_ENTRIES]],
+            "state_dict": [[str(k)[:MAX_NAME_CHARS], _shape(v)]
+                           for k, v in found["state_dict"][:MAX_STRUCTURE_ENTRIES]],
+        }
 
-    def shape(value):
-        return list(value.shape) if isinstance(value, torch.Tensor) else None
 
-    def first(items):
-        return itertools.islice(items, MAX_STRUCTURE_ENTRIES)
-
-    return {
-        "parameters": [[str(n)[:MAX_NAME_CHARS], shape(p), bool(p.requires_grad)]
-                       for n, p in first(module.named_parameters())],
-        "buffers": [[str(n)[:MAX_NAME_CHARS], shape(b)] for n, b in first(module.named_buffers())],
-        "state_dict": [[str(k)[:MAX_NAME_CHARS], shape(v)] for k, v in first(module.state_dict().items())],
-    }
+def initial_values(module, names: list[str]) -> tuple:
+    """The tensors ``names`` of ``module`` as built (``walk_module``), in chunks of at most 64 (what a
+    tuple on the wire may hold); a name the module lacks is ``None``."""
+    everything = walk_module(module)["all"]
+    values = [everything.get(n) for n in names]
+    values = [v.detach().clone() if v is not None else None for v in values]
+    return tuple(tuple(values[i:i + 64]) for i in range(0, len(values), 64))
 
 
 def load_fitting(module, state: dict) -> list[str]:
     """Load the entries of ``state`` whose name and shape fit ``module``; return the names that did not.
 
     Not strict: a ``state_dict`` that differs from the reference's costs the structure line,
-    and the other cases judge what the module computes with the weights it could take.
+    and the other cases judge what the module computes with the weights it could take. The
+    module's tensors are found by ``walk_module`` and copied into directly.
     """
-    own = module.state_dict()
-    fitting = {k: v for k, v in state.items() if k in own and getattr(own[k], "shape", None) == v.shape}
-    keys = module.load_state_dict(fitting, strict=False)
-    return sorted({*keys.missing_keys, *(k for k in state if k not in fitting)})
+    import torch
+
+    own = dict(walk_module(module)["state_dict"])
+    loaded = set()
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        for key, tensor in own.items():
+            value = state.get(key)
+            if value is not None and _shape(tensor) == _shape(value):
+                torch.Tensor.copy_(tensor, value)
+                loaded.add(key)
+    return sorted({*(k for k in own if k not in loaded), *(k for k in state if k not in loaded)})
 
 
-def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, seed: int, module=None):
-    """Call ``target`` as a graded case does, here and in the harness alike.
+def run_graded(target, args: list, kwargs: dict, gradients: list[str] | None, seed: int, module=None,
+               inputs: list[int] | None = None) -> tuple:
+    """Call ``target`` as a graded case does, here and in the harness alike: ``(answer, (args, kwargs)
+    as the callee received them)``.
 
-    ``gradients is None``: a plain call without autograd. Otherwise (a training-mode case) the
-    answer is ``(output, gradient of each floating-point argument, gradient of each parameter
-    named in gradients)``, the gradients being those of ``(probe * output).sum()`` for a probe
-    drawn from ``seed``: zeros where no gradient arrives (something detached or run under
-    ``no_grad``), ``None`` for a parameter the module lacks. The parameters are ``module``'s
-    when ``target`` is one of its methods or submodules, else ``target``'s own.
+    ``gradients is None``: a plain call without autograd. Otherwise (a training-mode case) every
+    floating-point result is followed by gradients: for each result in turn (one, or each item of a
+    returned tuple), the gradients of ``(probe * result).sum()``, for a probe drawn from ``seed``, with
+    respect to the floating-point arguments (those at ``inputs``, if given) and to the parameters named
+    in ``gradients``: zeros where no gradient arrives (something detached, cut with ``.data`` or run
+    under ``no_grad``), ``None`` for a parameter the module lacks. The answer is ``(result, gradients
+    ...)``, or ``(*results, gradients through the first, through the second, ...)`` for a tuple. The
+    parameters are ``module``'s when ``target`` is one of its methods or submodules, else ``target``'s
+    own, found by ``walk_module``.
     """
     import torch
 
     if gradients is None:
         with torch.no_grad():
-            return target(*args, **kwargs)
-    leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else None
-              for a in args]
-    # The module gets a non-leaf copy, as it would in a model: in-place updates of its input stay legal.
-    output = target(*[a if leaf is None else leaf.clone() for a, leaf in zip(args, leaves)], **kwargs)
-    if not (isinstance(output, torch.Tensor) and output.is_floating_point()):
-        return output
-    parameters = dict((target if module is None else module).named_parameters())
+            return target(*args, **kwargs), (args, kwargs)
+    chosen = range(len(args)) if inputs is None else inputs
+    leaves = [a.detach().clone().requires_grad_() if i in chosen and isinstance(a, torch.Tensor)
+              and a.is_floating_point() else None for i, a in enumerate(args)]
+    # The callee gets a non-leaf copy, as it would in a model (whether it changes it is checked apart).
+    given = [a if leaf is None else leaf.clone() for a, leaf in zip(args, leaves)]
+    output = target(*given, **kwargs)
+    many = isinstance(output, tuple)
+    outputs = output if many else (output,)
+    if not any(isinstance(o, torch.Tensor) and o.is_floating_point() for o in outputs):
+        return output, (given, kwargs)
+    owner = target if module is None else module
+    parameters = dict(walk_module(owner)["parameters"]) if isinstance(owner, torch.nn.Module) else {}
     wanted = [leaf for leaf in leaves if leaf is not None] + [parameters.get(n) for n in gradients]
     active = [t for t in wanted if t is not None and t.requires_grad]
-    found: dict[int, torch.Tensor] = {}
-    if output.requires_grad and active:
-        probe = torch.randn(output.shape, generator=torch.Generator().manual_seed(seed)).to(output.dtype)
-        # A scalar, not grad_outputs=probe: that path imports sympy, seconds on a worker's first call.
-        grads = torch.autograd.grad((probe * output).sum(), active, allow_unused=True)
-        found = {id(t): g for t, g in zip(active, grads) if g is not None}
-    return (output.detach(), *(None if t is None else found.get(id(t), torch.zeros_like(t)) for t in wanted))
+    grads: list = []
+    for i, out in enumerate(outputs):
+        if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
+            continue
+        found: dict[int, torch.Tensor] = {}
+        if out.requires_grad and active:
+            probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 7919 * i)).to(out.dtype)
+            # A scalar, not grad_outputs=probe: that path imports sympy, seconds on a worker's first call.
+            got = torch.autograd.grad((probe * out).sum(), active, allow_unused=True, retain_graph=True)
+            found = {id(t): g for t, g in zip(active, got) if g is not None}
+        grads += [None if t is None else found.get(id(t), torch.zeros_like(t)) for t in wanted]
+    detached = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outputs)
+    return (*detached, *grads), (given, kwargs)
+
+
+class Generators:
+    """Seeds torch's, Python's and NumPy's global generators with ``seed`` on entry; on exit keeps
+    their states in ``after`` (what the harness compares with the states of that seed: a call that
+    drew random numbers or reseeded a generator changed them) and puts back the states found on entry.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.after: tuple = ()
+
+    def __enter__(self) -> Generators:
+        import random
+
+        import numpy
+        import torch
+
+        self._saved = (torch.get_rng_state(), random.getstate(), numpy.random.get_state())
+        torch.default_generator.manual_seed(self.seed)
+        random.seed(self.seed)
+        numpy.random.seed(self.seed % 2**32)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import random
+
+        import numpy
+        import torch
+
+        self.after = generator_states(torch.get_rng_state(), random.getstate(), numpy.random.get_state())
+        torch.set_rng_state(self._saved[0])
+        random.setstate(self._saved[1])
+        numpy.random.set_state(self._saved[2])
+
+
+def generator_states(torch_state, python_state, numpy_state) -> tuple:
+    """``(torch, Python, NumPy)`` generator states as three plain tensors (what crosses the wire)."""
+    import numpy
+    import torch
+
+    version, words, gauss = python_state
+    _, keys, pos, has_gauss, _ = numpy_state
+    return (torch_state.clone(), torch.from_numpy(numpy.array([*words, gauss is not None], dtype=numpy.int64)),
+            torch.from_numpy(numpy.concatenate([keys.astype(numpy.int64), numpy.array([pos, has_gauss])])))
+
+
+def _attribute(obj, name: str):
+    """``obj.name`` for the answer, or what stands for it when there is none."""
+    try:
+        return getattr(obj, name)
+    except Exception:  # noqa: BLE001 - a missing attribute, or a property that raises
+        return Unsupported(f"no attribute `{name}`")
+
+
+def answer(target, request: dict, args: list, kwargs: dict, construct: list | None, state: dict | None,
+           classes: dict) -> tuple:
+    """What a request asks of ``target`` (the answer in the worker, the reference in the harness):
+    ``(value, structures or None, names of weights that did not fit)``.
+
+    A ``structure`` request builds ``target`` with each argument tuple of ``args``: the structures, and
+    as value the initial tensors named in ``request["init"]`` (one list per build). A ``measure`` builds it
+    (seeded) and turns it into data (``MEASURES``). Otherwise the module built with ``construct`` gets
+    ``state`` (``load_fitting``), is converted to float64 (``double``) and put in training or eval mode;
+    then ``target``, the module or its ``method``, is called on the case's arguments (``run_graded``), or
+    run by a ``driver``. With ``watch``, the value is ``(answer, facts)``: the arguments after the call,
+    the generators' states after it (``Generators``) and the module's attributes named in ``keep``.
+    """
+    import torch
+
+    seed = request["seed"]
+    if request.get("structure"):  # the module as built by each argument tuple, no weights loaded
+        builds = args[:MAX_BUILDS]
+        names = request.get("init") or [[] for _ in builds]
+        modules = [target(*b) for b in builds]
+        return (tuple(initial_values(m, list(n)) for m, n in zip(modules, names)),
+                [describe_structure(m) for m in modules], [])
+    if request.get("measure") is not None:  # the object as built is the answer, turned into data
+
+        def build(s: int):
+            torch.default_generator.manual_seed(s)
+            return target(*construct)
+
+        return MEASURES[request["measure"]](build, seed), None, []
+    watch = Generators(seed) if request.get("watch") else None
+    built, unloaded, received = None, [], None
+    if construct is not None:
+        target = built = target(*construct)
+    if request.get("driver") is not None:  # the answer is called by a fixed procedure
+        with watch or _Nothing():
+            result = DRIVERS[request["driver"]](target, args, classes)
+    else:
+        if built is not None:
+            unloaded = [str(k)[:MAX_NAME_CHARS] for k in load_fitting(built, state or {})]
+            if request.get("double"):
+                torch.nn.Module.double(built)
+            built.train(bool(request.get("train")))
+            if request.get("method"):  # a method or submodule of what was built is called
+                target = getattr(built, str(request["method"]))
+        with watch or _Nothing():
+            result, received = run_graded(target, args, kwargs, request.get("gradients"), seed, built,
+                                          request.get("inputs"))
+    if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
+        result = tuple(getattr(result, a) for a in request["attributes"])
+    if watch is not None:
+        after = None
+        if received is not None:
+            given, named = received
+            after = (tuple(a if isinstance(a, torch.Tensor) else None for a in given),
+                     tuple(named[k] if isinstance(named[k], torch.Tensor) else None for k in sorted(named)))
+        kept = tuple(_attribute(built, str(a)) for a in request.get("keep") or ())
+        result = (result, (after, watch.after, kept))
+    return result, None, unloaded
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
 
 
 MAX_DESCRIPTION_DEPTH = 6
@@ -514,12 +736,24 @@ def build_module_arg(tree, classes: dict | None = None, depth: int = 0):
 
 
 def matrices(model) -> tuple:
-    """The parameters of ``model`` with more than one dimension, as built (a ``measure="xavier"`` case)."""
-    return tuple(p.detach() for p in model.parameters() if p.dim() > 1)
+    """The parameters of ``model`` with more than one dimension, as built (found by ``walk_module``)."""
+    return tuple(p.detach().clone() for _, p in walk_module(model)["parameters"] if len(_shape(p)) > 1)
 
 
-MEASURES = {"xavier": matrices}
-"""What a ``Case.measure`` turns the built object into before it crosses: plain tensors only."""
+def xavier_draws(build, seed: int) -> tuple:
+    """A ``measure="xavier"`` case: ``(the matrices of build(seed), whether build(seed + 1) gave the same
+    ones)``: initial weights must be drawn from the generator as the caller seeded it, so two seeds give
+    two models; a function that reseeds the generator itself gives one model whatever the caller did."""
+    import torch
+
+    first, second = matrices(build(seed)), matrices(build(seed + 1))
+    same = len(first) == len(second) and all(_shape(a) == _shape(b) and torch.equal(a, b)
+                                             for a, b in zip(first, second))
+    return first, same
+
+
+MEASURES = {"xavier": xavier_draws}
+"""What a ``Case.measure`` turns the object built by ``build(seed)`` into before it crosses: plain data only."""
 
 
 def train_accumulated(fn, args: list, classes: dict) -> tuple:
@@ -639,47 +873,43 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     sys.stdin = open(os.devnull)  # noqa: SIM115 - `input()` gets EOF at once
     while True:
         request, buffers = read_frame(req_fd)
-        torch.manual_seed(request["seed"])
-        torch.set_default_dtype(torch.float32)
-        dropout.reset(request["seed"])
-        dropout.install()  # again: the student's code may have put something else in its place
-        out: list[bytes] = []
-        try:
-            args = [build_module_arg(unpack_value(a, buffers), provided_names) for a in request["args"]]
-            kwargs = {k: build_module_arg(unpack_value(v, buffers), provided_names)
-                      for k, v in request["kwargs"].items()}
-            target = namespace[name]
-            unloaded: list[str] = []
-            built = None
-            if request.get("construct") is not None:
-                cargs = [build_module_arg(unpack_value(a, buffers), provided_names) for a in request["construct"]]
-                target = built = target(*cargs)
-            if request.get("structure"):  # the module as built by each argument tuple, no weights loaded
-                reply = {"id": request["id"], "ok": True,
-                         "structure": {"builds": [describe_structure(target(*b)) for b in args[:MAX_BUILDS]]}}
-            else:
-                if request.get("measure") is not None:  # the object as built is the answer, turned into data
-                    result = MEASURES[request["measure"]](built)
-                elif request.get("driver") is not None:  # the answer is called by a fixed procedure
-                    result = DRIVERS[request["driver"]](target, args, provided_names)
-                else:
-                    if built is not None:
-                        state = {k: unpack_value(v, buffers) for k, v in request["state"].items()}
-                        unloaded = [str(k)[:MAX_NAME_CHARS] for k in load_fitting(built, state)]
-                        built.train(bool(request.get("train")))
-                        if request.get("method"):  # a method or submodule of what was built is called
-                            target = getattr(built, str(request["method"]))
-                    result = run_graded(target, args, kwargs, request.get("gradients"), request["seed"], built)
-                if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
-                    result = tuple(getattr(result, a) for a in request["attributes"])
-                reply = {"id": request["id"], "ok": True, "value": pack_value(result, out, setup["max_result_bytes"]),
-                         "unloaded": unloaded[:MAX_STRUCTURE_ENTRIES]}
-        except BaseException as exc:  # noqa: BLE001 - whatever the student raised is their answer
-            out = []
-            text = f"{type(exc).__name__}: {exc}"[:2000]  # as grade.error_text, to match declared mistakes
-            reply = {"id": request["id"], "ok": False, "error": text}
-        reply["buffers"] = [len(b) for b in out]
+        reply, out = respond(namespace, name, request, buffers, provided_names, setup["max_result_bytes"], dropout)
         write_all(resp_fd, encode_frame(reply, out))
+
+
+def respond(namespace: dict, name: str, request: dict, buffers: list[bytes], classes: dict, max_bytes: int,
+            dropout: FixedDropout) -> tuple[dict, list[bytes]]:
+    """One request of the harness answered with ``namespace[name]``: ``(reply header, its buffers)``.
+
+    Every request starts alike: torch seeded with the request's seed, float32 as the default dtype, the
+    dropout stand-in reset and installed again (the student's code may have replaced it). Whatever the
+    answer raises is the reply.
+    """
+    import torch
+
+    # The CPU generator only: torch.manual_seed also queues seeds for other devices, at a cost per call.
+    torch.default_generator.manual_seed(request["seed"])
+    torch.set_default_dtype(torch.float32)
+    dropout.reset(request["seed"])
+    dropout.install()  # again: the student's code may have put something else in its place
+    out: list[bytes] = []
+    try:
+        args = [build_module_arg(unpack_value(a, buffers), classes) for a in request["args"]]
+        kwargs = {k: build_module_arg(unpack_value(v, buffers), classes) for k, v in request["kwargs"].items()}
+        construct = None if request.get("construct") is None else [
+            build_module_arg(unpack_value(a, buffers), classes) for a in request["construct"]]
+        state = {k: unpack_value(v, buffers) for k, v in request.get("state", {}).items()}
+        result, structures, unloaded = answer(namespace[name], request, args, kwargs, construct, state, classes)
+        reply = {"id": request.get("id"), "ok": True, "value": pack_value(result, out, max_bytes),
+                 "unloaded": unloaded[:MAX_STRUCTURE_ENTRIES]}
+        if structures is not None:
+            reply["structure"] = {"builds": structures}
+    except BaseException as exc:  # noqa: BLE001 - whatever the student raised is their answer
+        out = []
+        text = f"{type(exc).__name__}: {exc}"[:2000]  # as grade.error_text, to match declared mistakes
+        reply = {"id": request.get("id"), "ok": False, "error": text}
+    reply["buffers"] = [len(b) for b in out]
+    return reply, out
 
 
 # ----------------------------------------------------------------------------- fork server

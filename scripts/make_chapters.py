@@ -2,7 +2,8 @@
 
 For every chapter notebook ``solutions/NN_slug/<name>.ipynb`` (the nbgrader source):
 
-1. the graded test cells are written from the exercise registry (their points and source);
+1. the graded test cells are written from the exercise registry (their points and source), and each
+   exercise's statement ends with its contract (``autograder.contract``);
 2. the notebook is executed with nbclient, and its outputs and widget state are stored in it
    (graded cells are not run here: they call the grader, and their outputs never ship);
 3. ``nbgrader generate_assignment`` releases it into a scratch directory (solutions become
@@ -42,6 +43,7 @@ from nbclient import NotebookClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from autograder.contract import place as place_contract  # noqa: E402
 from autograder.registry import REGISTRY, Exercise, by_chapter  # noqa: E402
 from scripts import translations  # noqa: E402
 
@@ -88,6 +90,8 @@ def apply_registry(nb: nbformat.NotebookNode, chapter: str, notebook: str) -> li
             continue
         graded.source = hidden_test_source(ex)
         graded.metadata["nbgrader"].update(grade=True, solution=False, locked=True, points=ex.points)
+        if ex.contract is not None:  # the statement ends with what the grader checks besides the values
+            problems += place_contract(nb.cells, ex)
     known = {e.test_grade_id for e in exercises}
     for grade_id, cell in by_grade_id.items():
         if nbgrader_meta(cell).get("grade") and grade_id not in known:

@@ -156,13 +156,33 @@ def markdown_page(docname: str, text: str) -> Page:
     return page
 
 
+def _contract():
+    """``autograder.contract``: an exercise's statement ends with its contract, generated in both languages."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from autograder import contract
+
+    return contract
+
+
 def notebook_page(docname: str, nb: nbformat.NotebookNode) -> Page:
-    """A notebook's units: its markdown cells, keyed by cell id."""
+    """A notebook's units: its markdown cells, keyed by cell id; a statement's generated contract is not
+    part of its unit (``make chapters`` writes it in Chinese itself, see ``translate_notebook``)."""
     page = Page(docname)
+    hand_written = _contract().hand_written
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            page.parts.append((cell.id, cell.source))
+            page.parts.append((cell.id, hand_written(cell.source)))
     return page
+
+
+def contract_problems(docname: str, nb: nbformat.NotebookNode) -> list[str]:
+    """The statements of a notebook whose generated contract has no Chinese rendering."""
+    contract = _contract()
+    blocks = [(c.id, contract.written_contract(c.source)) for c in nb.cells if c.cell_type == "markdown"]
+    return [f"{docname}: cell {key}: the contract at the end of the statement has no Chinese rendering: add the "
+            "sentences its grading module declares to `ZH` in autograder/contract.py"
+            for key, block in blocks if block and contract.localized(block, LANGUAGE) is None]
 
 
 def toc_page(toc: dict) -> Page:
@@ -283,11 +303,15 @@ def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str]) -> nbfo
     """The notebook with each markdown cell's source replaced; every other byte is the English one's."""
     from nbgrader.utils import compute_checksum
 
+    contract = _contract()
     out = copy.deepcopy(nb)
     for cell in out.cells:
         if cell.cell_type != "markdown":
             continue
-        cell.source = shown[cell.id]
+        block = contract.written_contract(cell.source)
+        # A pending page may lack the Chinese of its contract: the English one then stays (as its prose does).
+        block = block and (contract.localized(block, LANGUAGE) or block)
+        cell.source = f"{shown[cell.id]}\n\n{block}" if block else shown[cell.id]
         # A read-only (locked) markdown cell carries nbgrader's checksum of its source.
         if "checksum" in cell.metadata.get("nbgrader", {}):
             cell.metadata.nbgrader.checksum = compute_checksum(cell)
@@ -450,6 +474,8 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     for page, source in pages:
         shown, outcome = translate_units(page, read_sidecar(root, page.docname), page.docname in pending)
         problems += outcome.problems
+        if isinstance(source, nbformat.NotebookNode) and page.docname not in pending:
+            problems += contract_problems(page.docname, source)
         if page.docname in pending and not outcome.pending and not outcome.problems:
             problems.append(f"{SETTINGS}: {page.docname!r} is fully translated: take it off the pending list")
         target = site / page.docname

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from autograder import worker as wire
-from autograder.cases import CASES, built, graded_cases
+from autograder.cases import CASES, built, case_points, graded_cases
 from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
                                 read_submission)
@@ -81,7 +81,7 @@ def test_compare_reports_shape_dtype_and_first_mismatch_without_values():
     e = torch.randn(2, 3, 4)
     assert compare(e.clone(), e, 1e-4, 1e-5).ok
     assert "shape (2, 4, 3)" in compare(e.transpose(1, 2), e, 1e-4, 1e-5).lines[0]
-    assert "dtype float64" in compare(e.double(), e, 1e-4, 1e-5).lines[0]
+    assert "**Contract: dtype**: result is float64, expected float32" == compare(e.double(), e, 1e-4, 1e-5).lines[0]
     g = e.clone()
     g[1, 2, 0] += 1.0
     g[1, 2, 3] = float("nan")
@@ -189,28 +189,6 @@ def test_registry_collects_one_module_per_chapter_in_order():
         assert resolve(exercise.reference) is not None
 
 
-@pytest.mark.parametrize("exercise_id,mistake", [(e.id, m) for e in REGISTRY for m in e.mistakes])
-def test_each_mistake_fails_some_case_and_is_named_there(exercise_id, mistake):
-    """In-process: the harness's own diagnosis on the mistake's output (the worker path is in
-    test_grader_submissions)."""
-    from autograder.mistakes import mistake_function
-
-    exercise = by_id(exercise_id)
-    wrong = mistake_function(exercise_id, mistake, exercise.name)
-    reference = resolve(exercise.reference)
-    named = []
-    for seed, case in enumerate(CASES[exercise_id](1234)):
-        state = _reference_state(reference, case, seed)
-        try:
-            got = _expected(wrong, case, state, seed)
-        except Exception as exc:  # noqa: BLE001 - a raising mistake is named by its error
-            named += _diagnose(exercise, case, state=state, error=error_text(exc), seed=seed)
-            continue
-        if not verdict(exercise, case, got, _expected(reference, case, state, seed)).ok:
-            named += _diagnose(exercise, case, got, state, seed=seed)
-    assert any(f"**Diagnosis: {mistake}**" in n for n in named)
-
-
 def _same(p, q) -> bool:
     if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):
         return isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor) and p.shape == q.shape and torch.equal(p, q)
@@ -285,16 +263,19 @@ def test_results_validate_against_gradescope_schema():
 
 
 def test_case_points_are_cents_that_add_up_exactly_for_every_exercise():
-    """Largest remainder in cents: the JSON's numbers, read as decimals, add up exactly."""
+    """Largest remainder in cents, by the cases' weights: the JSON's numbers, read as decimals, add up exactly,
+    and a case of weight w gets w ordinary shares (to the cent)."""
     assert split_points(4, 3) == [1.34, 1.33, 1.33] and split_points(5, 4) == [1.25] * 4
     tests = []
     for exercise in REGISTRY:
         for seed in (0, 1, 2):
-            parts = split_points(exercise.points, len(graded_cases(exercise, seed)))
+            cases = graded_cases(exercise, seed)
+            parts = case_points(exercise.points, cases)
             exact = [Decimal(repr(p)) for p in parts]
             assert sum(exact) == exercise.points, (exercise.id, parts)
             assert all(d == d.quantize(Decimal("0.01")) for d in exact), parts
-            assert max(exact) - min(exact) <= Decimal("0.01")
+            unit = Decimal(exercise.points) / sum(c.weight for c in cases)
+            assert all(abs(d - c.weight * unit) < Decimal("0.01") for d, c in zip(exact, cases)), parts
         tests += [TestResult(f"{exercise.id} case {i}", p, p, "passed") for i, p in enumerate(parts)]
         tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "a note"))
     results = json.loads(json.dumps(to_gradescope(Report(tests=tests))), parse_float=Decimal)
@@ -406,20 +387,12 @@ _PE_SLOTS = {"default": "5000", "rate": "dropout", "table": 'self.register_buffe
              "forward": "return self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))"}
 
 
-def _grade_in_process(exercise, source: str, seed: int = 77) -> list[tuple[str, bool, list[str]]]:
-    """Every graded case of ``exercise`` on an answer, judged here: (title, passed, lines)."""
-    from autograder.grade import _case_name
+def _grade_in_process(exercise, source: str, seed: int = 77) -> list[tuple[str, bool, str]]:
+    """Every graded case of ``exercise`` on an answer, judged here: (title, passed, feedback)."""
+    from tests.grader_fixtures.inprocess import grade_source
 
-    namespace: dict = {}
-    exec(compile(source, "answer", "exec"), namespace)  # noqa: S102 - our own test answers
-    answer, reference = namespace[exercise.name], resolve(exercise.reference)
-    judged = []
-    for number, case in enumerate(CASES[exercise.id](seed)):
-        state = _reference_state(reference, case, seed + number)
-        got = _expected(answer, case, state, seed + number)
-        found = verdict(exercise, case, got, _expected(reference, case, state, seed + number))
-        judged.append((_case_name(exercise, case), found.ok, found.lines))
-    return judged
+    graded = grade_source(exercise, source, seed, diagnose=())
+    return [(t.name, t.score >= t.max_score, t.output) for t in graded.lines]
 
 
 _IN_PLACE = "x += self.pe[:, : x.size(1)].to(x.dtype)\n        return self.dropout(x)"
@@ -435,7 +408,7 @@ _NO_GRAD = "with torch.no_grad():\n            return self.dropout(x + self.pe[:
     ({"forward": "return self.dropout(x.detach() + self.pe[:, : x.size(1)].to(x.dtype))"}, "training mode"),
     ({"forward": _NO_GRAD}, "training mode"),
     ({"forward": "return F.dropout(x + self.pe[:, : x.size(1)].to(x.dtype), self.p, self.training)"}, ""),
-    ({"forward": _IN_PLACE}, ""),
+    ({"forward": _IN_PLACE}, "inputs"),
     ({"forward": "return F.dropout(x + self.pe[:, : x.size(1)].to(x.dtype), self.p)"}, "eval mode"),
     ({"table": "self.pe = nn.Parameter(pe.float()[None])"}, "structure"),
     ({"table": "self.register_buffer('pe', pe.float()[None], persistent=False)"}, "structure"),
@@ -445,20 +418,25 @@ _NO_GRAD = "with torch.no_grad():\n            return self.dropout(x + self.pe[:
     ({"default": "1000"}, "structure"),  # a wrong default: seen in one build only
 ])
 def test_train_mode_and_structure_cases_catch_what_eval_mode_cannot(change, fails):
-    """Right answers pass (nn.Dropout or F.dropout with the module's training flag, an in-place add); a
-    dropout that is missing, doubled, misplaced or ignores its rate, or an input cut off from autograd,
-    fails the training-mode cases only; F.dropout without the training flag (dropout in eval mode) fails
-    the eval-mode cases; a table that is not a saved buffer of the reference's shape fails the structure
-    line only (the module keeps its own table)."""
+    """Right answers pass (nn.Dropout or F.dropout with the module's training flag); a dropout that is
+    missing, doubled, misplaced or ignores its rate, or an input cut off from autograd, fails the
+    training-mode cases only; F.dropout without the training flag (dropout in eval mode) fails the
+    eval-mode cases; a table that is not a saved buffer of the reference's shape fails the structure
+    line only (the module keeps its own table); an add in place into the caller's `x` fails every case
+    that calls the module (the contract's inputs clause)."""
     exercise = by_id("ch02.PositionalEncoding")
     judged = _grade_in_process(exercise, _PE_ANSWER.format(**{**_PE_SLOTS, **change}))
     failed = [name for name, ok, _ in judged if not ok]
     train = [name for name, _, _ in judged if name.endswith("in training mode")]
     structure = [name for name, _, _ in judged if " structure: " in name]
     assert len(train) == 2 and len(structure) == 1
-    expected = {"": [], "training mode": train, "structure": structure,
-                "eval mode": [n for n, _, _ in judged if n not in train + structure]}[fails]
+    calls = [n for n, _, _ in judged if n not in structure]
+    expected = {"": [], "training mode": train, "structure": structure, "inputs": calls,
+                "eval mode": [n for n in calls if n not in train]}[fails]
     assert failed == expected, judged
+    if fails == "inputs":
+        assert all("**Contract: inputs unchanged**: your code changed its argument `x` in place" in text
+                   for name, _, text in judged if name in calls)
 
 
 @pytest.mark.parametrize("got,line", [
@@ -528,7 +506,11 @@ def test_every_module_exercise_gets_structure_and_training_mode_cases():
         if exercise.kind == "module":
             assert (train[0].construct != constructs[0]) == exercise.has_dropout
     for exercise in (e for e in REGISTRY if e.kind not in ("module", "factory")):
-        assert not exercise.has_dropout and not any(c.train or c.structure for c in CASES[exercise.id](3))
+        cases = CASES[exercise.id](3)
+        assert not exercise.has_dropout and not any(c.structure for c in cases)
+        # a function trains only in the gradient copies its contract asks for
+        assert all(c.title.endswith(", with gradients") for c in cases if c.train)
+        assert any(c.train for c in cases) == bool(exercise.contract.gradients), exercise.id
 
 
 @pytest.mark.parametrize("forward,fails", [
@@ -544,9 +526,9 @@ def test_training_mode_cases_compare_the_gradients_of_the_parameters(forward, fa
               "        self.lut = nn.Embedding(vocab, d_model)\n        self.d_model = d_model\n\n"
               f"    def forward(self, x):\n        return {forward}\n")
     judged = _grade_in_process(by_id("ch01.embeddings"), source)
-    failed = [(name, lines) for name, ok, lines in judged if not ok]
+    failed = [(name, text) for name, ok, text in judged if not ok]
     assert [n for n, _ in failed] == ([n for n, _, _ in judged if n.endswith("in training mode")] if fails else [])
-    assert all("gradient of `lut.weight`" in lines[0] for _, lines in failed)
+    assert all("gradient of `lut.weight`" in text for _, text in failed)
 
 
 def test_module_descriptions_are_built_alike_on_both_sides_and_only_from_known_names():
@@ -582,21 +564,29 @@ def test_xavier_counts_accept_xavier_uniform_and_name_every_other_initialization
     torch.manual_seed(0)
     shapes = [(16, 16), (64, 16), (16, 64), (40, 16), (16, 16)]
     xavier = tuple(torch.nn.init.xavier_uniform_(torch.empty(s)) for s in shapes)
-    assert xavier_counts(xavier) == (0, 0, 0)
+    assert xavier_counts(xavier) == (0, 0, 0, 0)
     defaults = tuple(torch.nn.Linear(s[1], s[0]).weight.detach() for s in shapes)   # kaiming_uniform(a=sqrt(5))
-    assert xavier_counts(defaults) == (0, len(shapes), 0)
+    assert xavier_counts(defaults) == (0, len(shapes), 0, 0)
     normal = tuple(torch.nn.init.xavier_normal_(torch.empty(s)) for s in shapes)
     assert xavier_counts(normal)[0] == len(shapes)
     embedding = (torch.nn.Embedding(40, 16).weight.detach(),)                       # N(0, 1)
     assert xavier_counts(embedding)[:2] == (1, 1)
     copied = (*xavier, xavier[0].clone())
-    assert xavier_counts(copied) == (0, 0, 2)
-    verdict = compare_xavier(defaults, xavier)
+    assert xavier_counts(copied) == (0, 0, 2, 0)
+    poisoned = tuple(m.clone() for m in xavier)
+    for m in poisoned:
+        m[0, 0] = float("nan")       # NaN compares false: it must not pass the bound and the spread
+    assert xavier_counts(poisoned) == (0, 0, 0, len(shapes))
+    verdict = compare_xavier((defaults, False), (xavier, False))
     assert not verdict.ok and verdict.lines == [f"{len(shapes)} of {len(shapes)} matrices do not have the spread of "
                                                 "Xavier-uniform values, std = bound / sqrt(3) (another initialization, "
                                                 "or none: PyTorch's defaults differ)"]
-    assert compare_xavier(tuple(torch.nn.init.xavier_uniform_(torch.empty(s)) for s in shapes), xavier).ok
-    assert not compare_xavier((torch.zeros(3),), xavier).ok and not compare_xavier(None, xavier).ok
+    fresh = tuple(torch.nn.init.xavier_uniform_(torch.empty(s)) for s in shapes)
+    assert compare_xavier((fresh, False), (xavier, False)).ok
+    reseeded = compare_xavier((fresh, True), (xavier, False))
+    assert not reseeded.ok and "**Contract: random numbers**" in reseeded.lines[0]
+    assert not compare_xavier(((torch.zeros(3),), False), (xavier, False)).ok
+    assert not compare_xavier(None, (xavier, False)).ok and not compare_xavier((poisoned, False), (xavier, False)).ok
 
 
 def test_distinct_weights_separate_copies_and_leave_buffers_alone():

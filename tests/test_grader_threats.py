@@ -279,7 +279,8 @@ def test_13_hard_coded_public_outputs_fail_the_hidden_cases(tmp_path):
     constant = (f"import torch\nOUT = torch.tensor({out.tolist()})\nP = torch.tensor({p_attn.tolist()})\n"
                 "def attention(query, key, value, mask=None, dropout=None):\n    return OUT.clone(), P.clone()\n")
     report = _hostile(tmp_path, constant)
-    _only_attention_lost(report, kept=1.0)
+    # Only the public case itself passes: its gradient copy (same inputs, autograd on) finds no gradient.
+    _only_attention_lost(report, kept=6 / len(CASES["ch03.attention"](0)))
 
 
 def test_14_no_network(tmp_path):

@@ -70,6 +70,25 @@ sublayers, factories and drivers (see ``shared.Case``)
     judges its initialization). ``Case(driver=...)`` runs the answer inside a fixed procedure of the
     worker (chapter 9's training run).
 
+the contract: ``Exercise(contract=Contract(...))`` (see ``shared.Contract``)
+    What the exercise promises besides its values, as data: the dtype (kept, or fixed), the
+    arguments gradients must reach, pure or not, may it draw random numbers, modes, attributes
+    later code reads, initial values the text fixes, tie and boundary rules. ``make chapters``
+    writes it at the end of the exercise's statement (``autograder.contract``), so the text
+    states every clause; a visible test exercises each one and marks it ``# contract: <key>``;
+    the harness checks every clause on every submission (``autograder.cases``): the arguments
+    left bitwise unchanged, the generators untouched, float64 copies, gradient copies,
+    attribute copies, initial values on the structure line. Give each tie or boundary rule a
+    hidden case that exercises it.
+
+alternatives and mutants: ``Exercise(alternatives={...}, mutants={...})``
+    At least three correct answers the text allows (other operation orders, float64 inside,
+    another library function: whole answer cells, as a mistake's source), graded at full marks
+    on several seeds; and the wrong answers no declared mistake describes, each a
+    ``Mutant(caught_by, source)`` naming the check that catches it (a key of ``shared.CHECKS``,
+    a declared mistake or a case's title), graded below ``MUTANT_CEILING`` of the points.
+
 Write the chapter's tests (visible tests vs the mistakes, if any) in ``tests/``; the
-grader's own tests iterate over ``REGISTRY`` and cover the new module by themselves.
+grader's own tests iterate over ``REGISTRY`` and cover the new module by themselves
+(``tests/test_grading_contract.py``: contract, text, alternatives, mutants and mistakes).
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn
 
 CHAPTER, NOTEBOOK = "01_embeddings", "embeddings.ipynb"
 
@@ -78,6 +78,24 @@ EXERCISES = (
         test_grade_id="ch01-embeddings-tests",
         reference="tfm_solution.embeddings:Embeddings",
         cases=embeddings_cases,
+        contract=Contract(
+            dtype="the result has the table's dtype: float32 as built, float64 after `.double()`",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+        ),
+        alternatives={
+            "power_half": _EMBEDDINGS.format(result="self.lut(x) * self.d_model ** 0.5"),
+            "functional_lookup": "import torch.nn.functional as F\n" + _EMBEDDINGS.format(
+                result="math.sqrt(self.d_model) * F.embedding(x, self.lut.weight)"),
+            "rows_by_index": _EMBEDDINGS.format(result="self.lut.weight[x] * math.sqrt(self.d_model)"),
+            "scaled_in_place": _EMBEDDINGS.format(result="self.lut(x).mul_(math.sqrt(self.d_model))"),
+        },
+        mutants={
+            "lookup_detached": Mutant("modes", _EMBEDDINGS.format(
+                result="self.lut(x).detach() * math.sqrt(self.d_model)")),
+            "reseeds": Mutant("random", _EMBEDDINGS.format(
+                result="(torch.manual_seed(0), self.lut(x) * math.sqrt(self.d_model))[1]")),
+        },
         mistakes={
             "missing_scale": Mistake(
                 "the lookup is not multiplied by sqrt(d_model)",
@@ -103,6 +121,26 @@ EXERCISES = (
         test_grade_id="ch01-cosine-similarity-matrix-tests",
         reference="tfm_solution.embeddings:cosine_similarity_matrix",
         cases=cosine_similarity_matrix_cases,
+        contract=Contract(
+            dtype="the result has the dtype of `vectors` (float32 in, float32 out; float64 in, float64 out)",
+            keeps_dtype=True,
+        ),
+        alternatives={
+            "normalize": _COSINE.format(body="unit = torch.nn.functional.normalize(vectors, dim=-1, eps=eps)\n"
+                                             "    return unit @ unit.transpose(-2, -1)"),
+            "dots_over_lengths": _COSINE.format(
+                body="length = vectors.norm(dim=-1).clamp_min(eps)\n"
+                     "    dots = vectors @ vectors.transpose(-2, -1)\n"
+                     "    return dots / (length[..., :, None] * length[..., None, :])"),
+            "einsum": _COSINE.format(body="length = (vectors * vectors).sum(-1, keepdim=True).sqrt().clamp_min(eps)\n"
+                                          "    unit = vectors / length\n"
+                                          "    return torch.einsum('...id,...jd->...ij', unit, unit)"),
+        },
+        mutants={
+            "normalised_in_place": Mutant("inputs", _COSINE.format(
+                body="vectors /= vectors.norm(dim=-1, keepdim=True).clamp_min(eps)\n"
+                     "    return vectors @ vectors.transpose(-2, -1)")),
+        },
         mistakes={
             "dot_product_only": Mistake(
                 "these are plain dot products: each vector must first be divided by its length",

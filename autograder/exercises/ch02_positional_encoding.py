@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, even, generators, randn, variants
+from autograder.exercises.shared import (Case, Contract, Exercise, Mistake, Mutant, dim, even, generators, randn,
+                                         variants)
 
 CHAPTER, NOTEBOOK = "02_positional_encoding", "positional_encoding.ipynb"
 
@@ -99,6 +100,82 @@ def rotation_matrix(k, d_model):
     return r
 ''', pairs="0, d_model, 2", theta="k * omega", sign="", other="-")
 
+_NOTES_TABLE = '''
+def positional_encoding(seq_len, d_model):
+    position = torch.arange(0, seq_len).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+    pe = torch.zeros(seq_len, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+'''
+
+_TABLE_BY_PAIRS = '''
+def positional_encoding(seq_len, d_model):
+    pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        w = 10000.0 ** (-2 * i / d_model)
+        angle = torch.arange(seq_len, dtype=torch.float64) * w
+        pe[:, 2 * i], pe[:, 2 * i + 1] = torch.sin(angle), torch.cos(angle)
+    return pe.to(torch.float32)
+'''
+
+_TABLE_STACKED = '''
+def positional_encoding(seq_len, d_model):
+    omega = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angle = torch.outer(torch.arange(seq_len, dtype=torch.float64), omega)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).float()
+'''
+
+_ROTATION_BLOCKS = '''
+def rotation_matrix(k, d_model):
+    blocks = []
+    for i in range(d_model // 2):
+        t = k * 10000.0 ** (-2 * i / d_model)
+        c, s = math.cos(t), math.sin(t)
+        blocks.append(torch.tensor([[c, s], [-s, c]], dtype=torch.float64))
+    return torch.block_diag(*blocks)
+'''
+
+_ROTATION_KRON = '''
+def rotation_matrix(k, d_model):
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    c, s = torch.cos(k * omega), torch.sin(k * omega)
+    blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)   # (d/2, 2, 2)
+    r = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i, block in enumerate(blocks):
+        r[2 * i:2 * i + 2, 2 * i:2 * i + 2] = block
+    return r
+'''
+
+_ROTATION_FROM_TABLE_ANGLES = '''
+def rotation_matrix(k, d_model):
+    r = torch.zeros(d_model, d_model, dtype=torch.float64)
+    pairs = torch.arange(d_model // 2)
+    theta = k * torch.exp(-2 * pairs.double() / d_model * math.log(10000.0))
+    r[2 * pairs, 2 * pairs] = r[2 * pairs + 1, 2 * pairs + 1] = torch.cos(theta)
+    r[2 * pairs, 2 * pairs + 1] = torch.sin(theta)
+    r[2 * pairs + 1, 2 * pairs] = -torch.sin(theta)
+    return r
+'''
+
+_PE_MODULE_TABLE = '''
+from torch import nn
+import torch.nn.functional as F
+from tfm_solution import positional_encoding
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.p = dropout
+        {table}
+
+    def forward(self, x):
+        {forward}
+'''
+
 EXERCISES = (
     Exercise(
         id="ch02.positional_encoding",
@@ -112,6 +189,12 @@ EXERCISES = (
         test_grade_id="ch02-positional-encoding-tests",
         reference="tfm_solution.positional_encoding:positional_encoding",
         cases=positional_encoding_cases,
+        contract=Contract(dtype="the table is a float32 tensor (computed in float64 or not: both are within the "
+                                "tolerance)"),
+        alternatives={"notes_float32": _NOTES_TABLE, "pair_by_pair": _TABLE_BY_PAIRS, "stacked": _TABLE_STACKED},
+        mutants={
+            "draws_noise": Mutant("random", _TABLE_BY_PAIRS.replace("return pe", "torch.rand(1)\n    return pe")),
+        },
         mistakes={
             "sin_cos_swapped": Mistake(
                 "sine and cosine are swapped: even columns take sin(pos * w_i), odd columns cos(pos * w_i)",
@@ -149,6 +232,36 @@ EXERCISES = (
         test_grade_id="ch02-positional-encoding-module-tests",
         reference="tfm_solution.positional_encoding:PositionalEncoding",
         cases=positional_encoding_module_cases,
+        contract=Contract(
+            dtype="the result has the dtype of `x` (bfloat16 stays bfloat16; float64, in a module converted with "
+                  "`.double()`, stays float64)",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+            init="as built, the buffer `pe` holds `positional_encoding(max_len, d_model)` with a leading axis of 1 "
+                 "(the grader compares it before loading any weights)",
+        ),
+        alternatives={
+            "type_as": _PE_MODULE_TABLE.format(
+                table='self.register_buffer("pe", positional_encoding(max_len, d_model)[None])',
+                forward="return self.dropout(x + self.pe[:, : x.size(1)].type_as(x))"),
+            "functional_dropout": _PE_MODULE_TABLE.format(
+                table='self.register_buffer("pe", positional_encoding(max_len, d_model).unsqueeze(0))',
+                forward="return F.dropout(x + self.pe[:, : x.size(1)].to(x.dtype), self.p, self.training)"),
+            "float64_buffer_narrowed": _PE_MODULE_TABLE.format(
+                table='self.register_buffer("pe", positional_encoding(max_len, d_model).double()[None])',
+                forward="return self.dropout(x + self.pe.narrow(1, 0, x.size(1)).to(x.dtype))"),
+        },
+        mutants={
+            "table_of_512_rows": Mutant("structure", _PE_MODULE_TABLE.format(
+                table='self.register_buffer("pe", positional_encoding(512, d_model)[None])',
+                forward="return self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))")),
+            "added_in_place": Mutant("inputs", _PE_MODULE_TABLE.format(
+                table='self.register_buffer("pe", positional_encoding(max_len, d_model)[None])',
+                forward="x += self.pe[:, : x.size(1)].to(x.dtype)\n        return self.dropout(x)")),
+            "table_not_built": Mutant("init", _PE_MODULE_TABLE.format(
+                table='self.register_buffer("pe", torch.zeros(1, max_len, d_model))',
+                forward="return self.dropout(x + self.pe[:, : x.size(1)].to(x.dtype))")),
+        },
         prerequisites=(
             "tfm_solution.positional_encoding:_check_even",
             "tfm_solution.positional_encoding:pair_frequencies",
@@ -190,6 +303,11 @@ EXERCISES = (
         test_grade_id="ch02-rotation-matrix-tests",
         reference="tfm_solution.positional_encoding:rotation_matrix",
         cases=rotation_matrix_cases,
+        contract=Contract(dtype="the matrix is a float64 tensor"),
+        alternatives={"block_diag": _ROTATION_BLOCKS, "blocks_placed": _ROTATION_KRON,
+                      "exp_frequencies": _ROTATION_FROM_TABLE_ANGLES},
+        mutants={"float32_matrix": Mutant("dtype", _ROTATION_BLOCKS.replace("torch.block_diag(*blocks)",
+                                                                            "torch.block_diag(*blocks).float()"))},
         mistakes={
             "rotates_backwards": Mistake(
                 "the signs of sin(k w_i) are swapped: this is R_(-k), which maps PE(pos) to PE(pos - k)",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import (Case, Exercise, Mistake, dim, generators, key_padding_mask, padded_lengths,
-                                         randn, variants)
+from autograder.exercises.shared import (Case, Contract, Exercise, Mistake, Mutant, dim, generators, key_padding_mask,
+                                         padded_lengths, randn, variants)
 
 CHAPTER, NOTEBOOK = "03_attention", "attention.ipynb"
 
@@ -85,6 +85,34 @@ def softmax_saturation(query, key, scaled=True):
     return scores.softmax(dim=-1).{reduce}(dim=-1).values
 '''
 
+_ATTENTION_WHERE = '''
+def attention(query, key, value, mask=None, dropout=None):
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+    if mask is not None:
+        scores = torch.where(mask.bool(), scores, torch.finfo(scores.dtype).min)
+    p_attn = torch.softmax(scores, dim=-1)
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return p_attn @ value, p_attn
+'''
+
+_ATTENTION_WIDE = '''
+def attention(query, key, value, mask=None, dropout=None):
+    # scores and softmax in float64, the results back in the inputs' dtype
+    scores = (query.double() / math.sqrt(query.size(-1))) @ key.double().transpose(-2, -1)
+    if mask is not None:
+        scores.masked_fill_(mask == 0, torch.finfo(torch.float64).min)
+    p_attn = scores.softmax(dim=-1).to(query.dtype)
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return torch.matmul(p_attn, value), p_attn
+'''
+
+_SATURATION_ALTERNATIVE = '''
+def softmax_saturation(query, key, scaled=True):
+    {body}
+'''
+
 EXERCISES = (
     Exercise(
         id="ch03.attention",
@@ -99,6 +127,22 @@ EXERCISES = (
         reference="tfm_solution.attention:attention",
         cases=attention_cases,
         return_names=("output", "p_attn"),
+        contract=Contract(
+            dtype="`output` and `p_attn` have the dtype of `query` (float32 in, float32 out; float64 in, float64 out)",
+            keeps_dtype=True,
+            gradients=("query", "key", "value"),
+        ),
+        alternatives={
+            "notes_minus_1e9": _attention(before="scores = scores.masked_fill(mask == 0, -1e9)"),
+            "where_and_power": _ATTENTION_WHERE,
+            "float64_inside": _ATTENTION_WIDE,
+        },
+        mutants={
+            "query_scaled_in_place": Mutant("inputs", _attention(
+                scores="torch.matmul(query.div_(math.sqrt(d_k)), key.transpose(-2, -1))")),
+            "weights_detached": Mutant("gradients", _ATTENTION_WHERE.replace(
+                "return p_attn @ value, p_attn", "return p_attn @ value, p_attn.detach()")),
+        },
         mistakes={
             "missing_scale": Mistake(
                 "the scores are not divided by sqrt(d_k) (missing scale): softmax saturates for large d_k",
@@ -150,6 +194,26 @@ def attention(query, key, value, mask=None, dropout=None):
         test_grade_id="ch03-softmax-saturation-tests",
         reference="tfm_solution.attention:softmax_saturation",
         cases=softmax_saturation_cases,
+        contract=Contract(dtype="the result has the dtype of `query` (float32 in, float32 out; float64 in, "
+                                "float64 out)", keeps_dtype=True),
+        alternatives={
+            "amax": _SATURATION_ALTERNATIVE.format(
+                body="scores = query @ key.transpose(-2, -1)\n"
+                     "    if scaled:\n        scores = scores / math.sqrt(query.size(-1))\n"
+                     "    return scores.softmax(-1).amax(-1)"),
+            "max_values": _SATURATION_ALTERNATIVE.format(
+                body="scale = 1 / math.sqrt(query.size(-1)) if scaled else 1.0\n"
+                     "    weights = torch.softmax(scale * torch.matmul(query, key.transpose(-2, -1)), dim=-1)\n"
+                     "    return torch.max(weights, dim=-1).values"),
+            "keys_scaled": _SATURATION_ALTERNATIVE.format(
+                body="if scaled:\n        key = key / math.sqrt(key.size(-1))\n"
+                     "    return (query @ key.transpose(-2, -1)).softmax(dim=-1).max(dim=-1).values"),
+        },
+        mutants={
+            "keys_scaled_in_place": Mutant("inputs", _SATURATION_ALTERNATIVE.format(
+                body="if scaled:\n        key /= math.sqrt(key.size(-1))\n"
+                     "    return (query @ key.transpose(-2, -1)).softmax(dim=-1).max(dim=-1).values")),
+        },
         mistakes={
             "ignores_scaled_flag": Mistake(
                 "the `scaled` argument is ignored: scaled=False must skip the 1/sqrt(d_k) factor",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import (Case, Exercise, Mistake, dim, generators, key_padding_mask, padded_lengths,
-                                         randn, variants)
+from autograder.exercises.shared import (Case, Contract, Exercise, Mistake, Mutant, dim, generators, key_padding_mask,
+                                         padded_lengths, randn, variants)
 
 CHAPTER, NOTEBOOK = "04_masks", "masks.ipynb"
 
@@ -119,6 +119,31 @@ def masked_softmax(scores, mask=None):
     return scores.softmax(dim=-1)
 '''
 
+_NOTES_BATCH = '''
+from tfm_solution import subsequent_mask
+
+
+class Batch:
+    def __init__(self, src, tgt=None, pad=2):
+        self.src = src
+        self.src_mask = (src != pad).unsqueeze(-2)
+        if tgt is not None:
+            self.tgt = tgt[:, :-1]
+            self.tgt_y = tgt[:, 1:]
+            self.tgt_mask = self.make_std_mask(self.tgt, pad)
+            self.ntokens = (self.tgt_y != pad).data.sum()
+
+    @staticmethod
+    def make_std_mask(tgt, pad):
+        tgt_mask = (tgt != pad).unsqueeze(-2)
+        return tgt_mask & subsequent_mask(tgt.size(-1)).type_as(tgt_mask.data)
+'''
+
+_MASKED_SOFTMAX_ALTERNATIVE = '''
+def masked_softmax(scores, mask=None):
+    {body}
+'''
+
 EXERCISES = (
     Exercise(
         id="ch04.subsequent_mask",
@@ -132,6 +157,13 @@ EXERCISES = (
         test_grade_id="ch04-subsequent-mask-tests",
         reference="tfm_solution.masks:subsequent_mask",
         cases=subsequent_mask_cases,
+        contract=Contract(dtype="a bool tensor of shape (1, size, size)"),
+        alternatives={
+            "notes_triu": _SUBSEQUENT.format(body="torch.triu(torch.ones(1, size, size), diagonal=1) == 0"),
+            "compare_positions": _SUBSEQUENT.format(
+                body="(torch.arange(size)[None, :] <= torch.arange(size)[:, None]).unsqueeze(0)"),
+            "tril_then_axis": _SUBSEQUENT.format(body="torch.tril(torch.ones(size, size, dtype=torch.bool))[None]"),
+        },
         mistakes={
             "upper_triangle": Mistake(
                 "True marks the future positions (the upper triangle): in this course True means *may attend*, "
@@ -163,6 +195,20 @@ EXERCISES = (
         reference="tfm_solution.masks:Batch",
         cases=batch_cases,
         prerequisites=("tfm_solution.masks:subsequent_mask",),
+        contract=Contract(dtype="`src_mask` and `tgt_mask` are bool tensors; `ntokens` is a 0-dim int64 tensor (what "
+                                "`.sum()` of a bool tensor gives); `src`, `tgt` and `tgt_y` keep the ids' dtype"),
+        alternatives={
+            "notes_make_std_mask": _NOTES_BATCH,
+            "counted_as_long": _batch(counted="self.tgt_y", tgt_mask="(self.tgt != pad)[:, None, :] & causal")
+            .replace("self.ntokens = (self.tgt_y != pad).sum()", "self.ntokens = (self.tgt_y != pad).long().sum()"),
+            "slices_by_narrow": _batch(shift="tgt.narrow(1, 0, tgt.size(1) - 1), tgt.narrow(1, 1, tgt.size(1) - 1)"),
+        },
+        mutants={
+            "padding_labels_marked_in_place": Mutant("inputs", _NOTES_BATCH.replace(
+                "            self.tgt_mask = self.make_std_mask(self.tgt, pad)\n",
+                "            self.tgt_mask = self.make_std_mask(self.tgt, pad)\n"
+                "            self.tgt_y[self.tgt_y == pad] = -100  # a view of tgt: the caller's tensor changes\n")),
+        },
         mistakes={
             "no_shift": Mistake(
                 "tgt and tgt_y are not shifted: the decoder reads tgt[:, :-1] and must predict tgt[:, 1:]",
@@ -194,6 +240,31 @@ EXERCISES = (
         test_grade_id="ch04-masked-softmax-tests",
         reference="tfm_solution.masks:masked_softmax",
         cases=masked_softmax_cases,
+        contract=Contract(dtype="the result has the dtype of `scores` (float16, bfloat16, float32 and float64 alike)",
+                          keeps_dtype=True, gradients=("scores",)),
+        alternatives={
+            "where": _MASKED_SOFTMAX_ALTERNATIVE.format(
+                body="if mask is not None:\n"
+                     "        scores = torch.where(mask.bool(), scores, torch.finfo(scores.dtype).min)\n"
+                     "    return torch.softmax(scores, dim=-1)"),
+            "not_mask": _MASKED_SOFTMAX_ALTERNATIVE.format(
+                body="if mask is not None:\n"
+                     "        scores = scores.masked_fill(~mask.bool(), torch.finfo(scores.dtype).min)\n"
+                     "    return scores.softmax(-1)"),
+            "wider_inside": _MASKED_SOFTMAX_ALTERNATIVE.format(
+                body="wide = scores.to(torch.promote_types(scores.dtype, torch.float32))\n"
+                     "    if mask is not None:\n"
+                     "        wide = wide.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n"
+                     "    return wide.softmax(dim=-1).to(scores.dtype)"),
+        },
+        mutants={
+            "filled_in_place": Mutant("inputs", _MASKED_SOFTMAX.format(
+                body="scores.masked_fill_(mask == 0, torch.finfo(scores.dtype).min)")),
+            "result_as_new_tensor": Mutant("gradients", _MASKED_SOFTMAX_ALTERNATIVE.format(
+                body="if mask is not None:\n"
+                     "        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)\n"
+                     "    return torch.tensor(scores.softmax(dim=-1).tolist(), dtype=scores.dtype)")),
+        },
         mistakes={
             "neg_inf_nan_rows": Mistake(
                 "hidden scores are filled with -inf: a row with every entry hidden becomes NaN; fill with "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "05_multihead_attention", "multihead_attention.ipynb"
 
@@ -140,6 +140,31 @@ _OWN_SCORES = ("scores = query @ key.transpose(-2, -1) / math.sqrt(self.h * self
                "        self.attn = self.dropout(scores.softmax(dim=-1))\n"
                "        x = self.attn @ value")
 
+_MHA_OWN = '''
+from torch import nn
+import torch.nn.functional as F
+
+
+class MultiHeadedAttention(nn.Module):
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__()
+        assert d_model % h == 0
+        self.d_k, self.h = d_model // h, h
+        self.linears = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(4)])
+        self.attn = None
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (lin(t).unflatten(-1, (self.h, self.d_k)).transpose(1, 2)
+                   for lin, t in zip(self.linears[:3], (query, key, value)))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None] == 0, torch.finfo(scores.dtype).min)
+        self.attn = self.dropout(F.softmax(scores, dim=-1))
+        out = torch.einsum("bhqk,bhkd->bhqd", self.attn, v)
+        return self.linears[3](out.transpose(1, 2).flatten(-2))
+'''
+
 EXERCISES = (
     Exercise(
         id="ch05.split_heads",
@@ -153,6 +178,16 @@ EXERCISES = (
         test_grade_id="ch05-split-heads-tests",
         reference="tfm_solution.multihead:split_heads",
         cases=split_heads_cases,
+        contract=Contract(dtype="the result has the dtype of `x`", keeps_dtype=True, gradients=("x",)),
+        alternatives={
+            "unflatten": _SPLIT.format(body="x.unflatten(-1, (h, x.size(-1) // h)).transpose(1, 2)"),
+            "reshape_permute": _SPLIT.format(body="x.reshape(x.size(0), x.size(1), h, -1).permute(0, 2, 1, 3)"),
+            "chunks_stacked": _SPLIT.format(body="torch.stack(x.chunk(h, dim=-1), dim=1)"),
+        },
+        mutants={
+            "cut_with_data": Mutant("gradients", _SPLIT.format(
+                body="x.data.view(x.size(0), -1, h, x.size(-1) // h).transpose(1, 2)")),
+        },
         mistakes={
             "view_without_transpose": Mistake(
                 "the features were viewed as (batch, h, len, d_k) directly: each 'head' then holds pieces of "
@@ -180,6 +215,16 @@ EXERCISES = (
         test_grade_id="ch05-merge-heads-tests",
         reference="tfm_solution.multihead:merge_heads",
         cases=merge_heads_cases,
+        contract=Contract(dtype="the result has the dtype of `x`", keeps_dtype=True, gradients=("x",)),
+        alternatives={
+            "reshape": _MERGE.format(body="x.transpose(1, 2).reshape(x.size(0), x.size(2), -1)"),
+            "heads_concatenated": _MERGE.format(body="torch.cat(x.unbind(1), dim=-1)"),
+            "permute_flatten": _MERGE.format(body="x.permute(0, 2, 1, 3).flatten(-2)"),
+        },
+        mutants={
+            "cut_with_data": Mutant("gradients", _MERGE.format(
+                body="x.data.transpose(1, 2).reshape(x.size(0), x.size(2), -1)")),
+        },
         mistakes={
             "view_without_transpose": Mistake(
                 "the heads were merged without the transpose back: each row mixes several positions of one head. "
@@ -216,6 +261,32 @@ EXERCISES = (
             "tfm_solution.multihead:merge_heads",
         ),
         has_dropout=True,
+        contract=Contract(
+            dtype="the output has the dtype of the module and of the inputs: float32, or float64 after `.double()`",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+            attributes=("attn", "h", "d_k"),
+            attributes_text="after a call, `self.attn` holds the attention weights `(batch, h, len_q, len_k)` (after "
+                            "dropout in training mode); `self.h` and `self.d_k` are the number and width of the heads",
+        ),
+        alternatives={
+            "notes": _mha(),
+            "einsum_and_unflatten": _MHA_OWN,
+            "exercises_reused": "from tfm_solution.multihead import merge_heads, split_heads\n" + _mha(
+                split="split_heads(lin(x), self.h)", merge="merge_heads(x)", output="self.linears[-1](x)",
+                attend="x, self.attn = attention(query, key, value, mask, self.dropout)"),
+        },
+        mutants={
+            "mask_unsqueezed_in_place": Mutant("inputs", _mha(mask="mask.unsqueeze_(1)")),
+            "computed_in_float32": Mutant("dtype", _mha(output="self.linears[3](x.float())").replace(
+                "        b = query.size(0)", "        query, key, value = query.float(), key.float(), value.float()\n"
+                                            "        b = query.size(0)").replace(
+                "    def forward(self, query, key, value, mask=None):",
+                "    def forward(self, query, key, value, mask=None):\n"
+                "        self.linears.float()")),
+            "weights_not_kept": Mutant("attributes", _mha(attend="x, _ = attention(query, key, value, mask=mask, "
+                                                                 "dropout=self.dropout)")),
+        },
         mistakes={
             "merge_without_transpose": Mistake(
                 "the heads were merged without transposing them back behind the positions: each output row mixes "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "06_feed_forward", "feed_forward.ipynb"
 
@@ -25,6 +25,11 @@ def positionwise_feed_forward_cases(seed: int) -> list[Case]:
     cases.append(Case("a narrow hidden layer", "d_ff smaller than d_model (the shapes of w_1 and w_2 matter)",
                       False, (randn(gen, 2, dim(gen, 3, 6), d_model, scale=2.0),),
                       construct=(d_model, dim(gen, 2, d_model - 1), 0.1)))
+    for title, shape in (("large activations", (2, dim(gen, 3, 6))), ("large activations, one token", ())):
+        d_model = dim(gen, 4, 12)
+        cases.append(Case(title, "inputs of a few hundred: hidden activations far above 6, where the ReLU has no "
+                          "upper limit (ReLU6 differs here)", False, (randn(gen, *shape, d_model, scale=300.0),),
+                          construct=(d_model, 4 * d_model, 0.1), rtol=1e-4, atol=1e-2))
     return cases
 
 
@@ -47,9 +52,10 @@ def conv1d_feed_forward_cases(seed: int) -> list[Case]:
     d_model, d_ff = dim(gen, 3, 6), dim(gen, 7, 12)
     cases.append(Case("one position", "seq_len = 1", False, (randn(gen, 2, 1, d_model), *weights(gen, d_model, d_ff))))
     d_model, d_ff = dim(gen, 4, 8), dim(gen, 9, 16)
-    cases.append(Case("float64", "the dtype is kept", False,
-                      (randn(gen, 2, dim(gen, 3, 6), d_model, dtype=torch.float64),
-                       *weights(gen, d_model, d_ff, torch.float64)), rtol=1e-9, atol=1e-10))
+    x = randn(gen, 2, dim(gen, 3, 6), d_model)
+    x[0, 0] = 10.0  # every first-layer unit of this token is w_1 @ (10, ..., 10) + b_1: some pass 6 for sure
+    cases.append(Case("large activations", "hidden activations far above 6: the ReLU has no upper limit (ReLU6 "
+                      "differs here)", False, (5 * x, *weights(gen, d_model, d_ff)), rtol=1e-4, atol=1e-3))
     return cases
 
 
@@ -104,6 +110,21 @@ def gelu(x):
     return {body}
 '''
 
+_CONV_MODULES = '''
+from torch import nn
+
+
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    d_ff, d_model = w_1.shape
+    first, second = nn.Conv1d(d_model, d_ff, kernel_size=1), nn.Conv1d(d_ff, d_model, kernel_size=1)
+    with torch.no_grad():
+        first.weight.copy_(w_1.unsqueeze(-1))
+        first.bias.copy_(b_1)
+        second.weight.copy_(w_2.unsqueeze(-1))
+        second.bias.copy_(b_2)
+    return second(torch.relu(first(x.transpose(1, 2)))).transpose(1, 2)
+'''
+
 EXERCISES = (
     Exercise(
         id="ch06.positionwise_feed_forward",
@@ -118,6 +139,25 @@ EXERCISES = (
         reference="tfm_solution.feed_forward:PositionwiseFeedForward",
         cases=positionwise_feed_forward_cases,
         has_dropout=True,
+        contract=Contract(
+            dtype="the output has the dtype of the module and of `x`: float32, or float64 after `.double()`",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+        ),
+        alternatives={
+            "functional_relu": _FFN.format(result="self.w_2(self.dropout(nn.functional.relu(self.w_1(x))))"),
+            "clamp": _FFN.format(result="self.w_2(self.dropout(self.w_1(x).clamp_min(0)))"),
+            "functional_dropout": "import torch.nn.functional as F\n" + _FFN.format(
+                result="self.w_2(F.dropout(F.relu(F.linear(x, self.w_1.weight, self.w_1.bias)), self.dropout.p, "
+                       "self.training))"),
+        },
+        mutants={
+            "relu6": Mutant("relu6", _FFN.format(result="self.w_2(self.dropout(nn.functional.relu6(self.w_1(x))))")),
+            "computed_in_float32": Mutant("dtype", _FFN.format(result="self.w_2.float()(self.dropout(self.w_1.float()"
+                                                                      "(x.float()).relu()))")),
+            "dropout_rate_fixed": Mutant("modes", _FFN.replace("nn.Dropout(dropout)", "nn.Dropout(0.1)").format(
+                result="self.w_2(self.dropout(self.w_1(x).relu()))")),
+        },
         mistakes={
             "no_relu": Mistake(
                 "there is no ReLU between w_1 and w_2: the two layers collapse into one linear map",
@@ -135,6 +175,10 @@ EXERCISES = (
             "dropout_after_w_2": Mistake(
                 "dropout is applied to the output of w_2; the notes apply it to the hidden activations, before w_2",
                 _FFN.format(result="self.dropout(self.w_2(self.w_1(x).relu()))")),
+            "relu6": Mistake(
+                "the activation stops at 6 (ReLU6, or a clamp at 6): the ReLU of equation (6.2) is max(0, z), with "
+                "no upper limit",
+                _FFN.format(result="self.w_2(self.dropout(self.w_1(x).clamp(0, 6)))")),
         },
         time_budget_s=1.0,
     ),
@@ -150,6 +194,26 @@ EXERCISES = (
         test_grade_id="ch06-conv1d-feed-forward-tests",
         reference="tfm_solution.feed_forward:conv1d_feed_forward",
         cases=conv1d_feed_forward_cases,
+        contract=Contract(
+            dtype="`x` and the weights are float32, and so is the result (the grader uses no other dtype)",
+            gradients=("x",),
+            draws=True,
+            draws_text="the call may draw random numbers (building `nn.Conv1d` layers draws their initial weights "
+                       "from torch's generator before you overwrite them); the result must not depend on them",
+        ),
+        alternatives={
+            "conv1d_modules": _CONV_MODULES,
+            "permute": _conv(channels="x.permute(0, 2, 1)", back="out.permute(0, 2, 1)"),
+            "kernels_by_view": _conv(kernel="w_1.view(*w_1.shape, 1)", channels="x.mT", back="out.mT"),
+        },
+        mutants={
+            "cut_with_data": Mutant("gradients", _conv(channels="x.data.transpose(1, 2)")),
+            "relu6": Mutant("relu6", _conv(activation=".clamp(0, 6)")),
+            "matrix_products": Mutant("policy", '''
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    return (x @ w_1.T + b_1).relu() @ w_2.T + b_2
+'''),
+        },
         mistakes={
             "channels_by_reshape": Mistake(
                 "the input was reshaped to (batch, d_model, seq_len) instead of transposed: the numbers stay in "
@@ -166,8 +230,11 @@ EXERCISES = (
             "no_relu": Mistake(
                 "there is no ReLU between the two convolutions",
                 _conv(activation="")),
+            "relu6": Mistake(
+                "the activation stops at 6 (ReLU6, or a clamp at 6): the FFN's ReLU is max(0, z), with no upper limit",
+                _conv(activation=".clamp(0, 6)")),
         },
-        banned=("linear", "matmul", "einsum"),
+        banned=("linear", "matmul", "einsum", "mm", "bmm", "tensordot", "addmm", "baddbmm"),
         time_budget_s=1.0,
     ),
     Exercise(
@@ -182,6 +249,18 @@ EXERCISES = (
         test_grade_id="ch06-gelu-tests",
         reference="tfm_solution.feed_forward:gelu",
         cases=gelu_cases,
+        contract=Contract(dtype="the result has the dtype of `x` (float32, float64 and bfloat16 alike)",
+                          keeps_dtype=True, gradients=("x",)),
+        alternatives={
+            "erfc": _GELU.format(body="x * 0.5 * torch.erfc(-x / math.sqrt(2.0))"),
+            "halved_first": _GELU.format(body="x / 2 * (1 + torch.erf(x * 2 ** -0.5))"),
+            "phi_named": _GELU.format(body="x * ((1.0 + torch.special.erf(x / math.sqrt(2))) / 2)"),
+        },
+        mutants={
+            "scaled_in_place": Mutant("inputs", _GELU.format(body="x.mul_(0.5 * (1 + torch.erf(x / math.sqrt(2))))")),
+            "result_as_new_tensor": Mutant("gradients", _GELU.format(
+                body="torch.tensor((0.5 * x * (1 + torch.erf(x / math.sqrt(2)))).tolist(), dtype=x.dtype)")),
+        },
         mistakes={
             "tanh_approximation": Mistake(
                 "this is the tanh approximation of GELU (off by up to about 5e-4); use the exact "

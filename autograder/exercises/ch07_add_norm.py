@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "07_add_norm", "add_norm.ipynb"
 
@@ -32,6 +32,10 @@ def layer_norm_cases(seed: int) -> list[Case]:
              (_features(gen, dim(gen, 3, 8), 2),), construct=(2,)),
         Case("a large eps", "eps given to the constructor and added to the std, outside the square root", False,
              (_features(gen, 2, dim(gen, 3, 6), 8),), construct=(8, 0.5)),
+        Case("another eps, near-constant vectors", "the eps given to the constructor (here 1e-3) is the one used: "
+             "with a spread of 1e-4 it decides the result (float64)", False,
+             (5 + 1e-4 * randn(gen, 2, dim(gen, 3, 6), d, dtype=torch.float64),), construct=(d, 1e-3),
+             rtol=1e-6, atol=1e-8),
         Case("near-constant vectors, float64", "spread 1e-4: eps = 1e-6 is added to the std (not inside the "
              "root); the dtype is kept", False, (near_constant,), construct=(near_constant.size(-1),),
              rtol=1e-6, atol=1e-8),
@@ -46,17 +50,16 @@ def layer_norm_cases(seed: int) -> list[Case]:
 def sublayer_connection_cases(seed: int) -> list[Case]:
     """``SublayerConnection(size, dropout)`` (Pre-LN, the notes' call) around a stand-in sublayer that scales.
 
-    The stand-in multiplies its input by a factor, so the answer is ``x + f * norm(x)``; the
-    training-mode copies the grader adds check where dropout goes. The Post-LN switch of the
-    exercise is checked by the notebook's visible tests only: a case cannot pass the string
-    ``"post"`` to the worker (its wire carries tensors, numbers and None).
+    The stand-in multiplies its input by a factor, so the answer is ``x + f * norm(x)`` (Pre-LN) or
+    ``norm(x + f * x)`` (Post-LN, ``norm_position="post"``, a string the wire carries); the
+    training-mode copies the grader adds check where dropout goes.
     """
     pub, gen = generators(seed)
 
     def scale() -> dict:
         return {"module": "scale", "factor": float(torch.empty(1).uniform_(0.5, 3.0, generator=gen))}
 
-    d_pre, d_64, d_neg = dim(gen, 6, 24), dim(gen, 8, 32), dim(gen, 6, 16)
+    d_pre, d_64, d_neg, d_post = dim(gen, 6, 24), dim(gen, 8, 32), dim(gen, 6, 16), dim(gen, 6, 24)
     return [
         Case("Pre-LN, the notes' two-argument call", "x + sublayer(norm(x)); norm_position defaults to 'pre' "
              "(public)", True, (_features(pub, 2, 3, 8), {"module": "scale", "factor": 2.0}), construct=(8, 0.1)),
@@ -67,6 +70,10 @@ def sublayer_connection_cases(seed: int) -> list[Case]:
         Case("float64", "the residual x is added unchanged; the dtype is kept", False,
              (_features(gen, 2, 5, d_64, dtype=torch.float64), scale()), construct=(d_64, 0.1),
              rtol=1e-6, atol=1e-8),
+        Case("Post-LN, the paper's form", 'norm_position="post": norm(x + sublayer(x)) (public)', True,
+             (_features(pub, 2, 3, 8), {"module": "scale", "factor": 2.0}), construct=(8, 0.1, "post")),
+        Case("Post-LN on a random batch", 'norm_position="post": the sublayer sees x itself, the norm comes last',
+             False, (_features(gen, dim(gen, 1, 3), dim(gen, 3, 9), d_post), scale()), construct=(d_post, 0.2, "post")),
     ]
 
 
@@ -87,6 +94,25 @@ class LayerNorm(nn.Module):
         return {gain}(x - mean) / {denominator}{bias}
 ''', axis="-1", spread="std = x.std(-1, keepdim=True)", denominator="(std + self.eps)", gain="self.a_2 * ",
                    bias=" + self.b_2")
+
+_SUBLAYER_BY_FLAG = '''
+from torch import nn
+import torch.nn.functional as F
+from tfm_solution import LayerNorm
+
+
+class SublayerConnection(nn.Module):
+    def __init__(self, size, dropout, norm_position="pre"):
+        super().__init__()
+        self.norm = LayerNorm(size)
+        self.dropout = nn.Dropout(dropout)
+        self.pre = norm_position == "pre"
+
+    def forward(self, x, sublayer):
+        if self.pre:
+            return torch.add(x, self.dropout(sublayer(self.norm(x))))
+        return self.norm(torch.add(x, self.dropout(sublayer(x))))
+'''
 
 _sublayer = variants('''
 from torch import nn
@@ -130,6 +156,30 @@ EXERCISES = (
         test_grade_id="ch07-layer-norm-tests",
         reference="tfm_solution.norm:LayerNorm",
         cases=layer_norm_cases,
+        contract=Contract(
+            dtype="the result has the dtype of `x` (float32 in, float32 out; float64 in, float64 out)",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+            init="as built, `a_2` is all ones and `b_2` all zeros (the grader compares them before loading any "
+                 "weights)",
+        ),
+        alternatives={
+            "correction_1": _layer_norm(spread="std = torch.std(x, dim=-1, keepdim=True, correction=1)"),
+            "variance_root": _layer_norm(
+                spread="std = ((x - mean).pow(2).sum(-1, keepdim=True) / (x.size(-1) - 1)).sqrt()"),
+            "float64_inside": _layer_norm(
+                spread="wide = x.double()\n        mean = wide.mean(-1, keepdim=True)\n"
+                       "        std = wide.std(-1, keepdim=True)",
+                gain="(self.a_2 * ", bias=" + self.b_2).to(x.dtype)"),
+        },
+        mutants={
+            "centred_in_place": Mutant("inputs", _layer_norm(
+                spread="x -= mean\n        mean = 0\n        std = x.std(-1, keepdim=True)")),
+            "gain_and_bias_swapped": Mutant("init", _layer_norm().replace(
+                "nn.Parameter(torch.ones(features))", "nn.Parameter(torch.zeros(features))").replace(
+                "self.b_2 = nn.Parameter(torch.zeros(features))", "self.b_2 = nn.Parameter(torch.ones(features))")),
+            "eps_fixed": Mutant("eps_fixed", _layer_norm(denominator="(std + 1e-6)")),
+        },
         mistakes={
             "biased_std": Mistake(
                 "the standard deviation divides by d (biased); the notes' LayerNorm uses x.std(-1), which "
@@ -155,6 +205,9 @@ EXERCISES = (
                 "the mean and std run over the positions (axis -2); layer normalization uses each token's own "
                 "features, the last axis",
                 _layer_norm(axis="-2", spread="std = x.std(-2, keepdim=True)")),
+            "eps_fixed": Mistake(
+                "eps is fixed at 1e-6: use the eps given to the constructor (self.eps)",
+                _layer_norm(denominator="(std + 1e-6)")),
         },
         time_budget_s=1.0,
     ),
@@ -171,6 +224,30 @@ EXERCISES = (
         reference="tfm_solution.norm:SublayerConnection",
         cases=sublayer_connection_cases,
         prerequisites=("tfm_solution.norm:LayerNorm",),
+        contract=Contract(
+            dtype="the result has the dtype of `x` (float32 in, float32 out; float64 in, float64 out)",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+            init="as built, `norm.a_2` is all ones and `norm.b_2` all zeros (what `LayerNorm(size)` builds)",
+        ),
+        alternatives={
+            "pre_first": _sublayer().replace(
+                '        if self.norm_position == "post":\n'
+                '            return self.norm(x + self.dropout(sublayer(x)))\n'
+                '        return x + self.dropout(sublayer(self.norm(x)))',
+                '        if self.norm_position == "pre":\n'
+                '            return x + self.dropout(sublayer(self.norm(x)))\n'
+                '        return self.norm(x + self.dropout(sublayer(x)))'),
+            "flag_and_add": _SUBLAYER_BY_FLAG,
+            "functional_dropout": _sublayer(
+                pre="x + F.dropout(sublayer(self.norm(x)), self.dropout.p, self.training)",
+                post="self.norm(x + F.dropout(sublayer(x), self.dropout.p, self.training))",
+            ).replace("from torch import nn\n", "from torch import nn\nimport torch.nn.functional as F\n"),
+        },
+        mutants={
+            "post_ignored": Mutant("post_ignored", _sublayer(post="x + self.dropout(sublayer(self.norm(x)))")),
+            "residual_added_in_place": Mutant("inputs", _sublayer(pre="x.add_(self.dropout(sublayer(self.norm(x))))")),
+        },
         mistakes={
             "post_when_pre": Mistake(
                 "the Pre-LN form normalizes after the add, norm(x + sublayer(x)): that is Post-LN; Pre-LN is "
@@ -189,6 +266,10 @@ EXERCISES = (
             "no_dropout": Mistake(
                 "dropout is never applied: in training mode the sublayer's output goes through self.dropout",
                 _sublayer(pre="x + sublayer(self.norm(x))")),
+            "post_ignored": Mistake(
+                'norm_position="post" is ignored: the paper\'s Post-LN form is norm(x + dropout(sublayer(x))), '
+                "the norm after the residual sum",
+                _sublayer(post="x + self.dropout(sublayer(self.norm(x)))")),
         },
         has_dropout=True,
         time_budget_s=1.0,

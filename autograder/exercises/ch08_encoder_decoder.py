@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "08_encoder_decoder", "encoder_decoder.ipynb"
 
@@ -314,6 +314,78 @@ def make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8, dropout=0
     tgt_embed="nn.Sequential(Embeddings(d_model, tgt_vocab), c(position))",
     generator="Generator(d_model, tgt_vocab)", init="nn.init.xavier_uniform_(p)")
 
+_ENCODER_LAYER_LIST = '''
+import copy
+from torch import nn
+from tfm_solution import SublayerConnection
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, size, self_attn, feed_forward, dropout):
+        super().__init__()
+        self.size = size
+        self.self_attn = self_attn
+        self.feed_forward = feed_forward
+        self.sublayer = nn.ModuleList({sublayers})
+
+    def forward(self, x, mask):
+        def attend(y):
+            return self.self_attn(y, y, y, mask)
+
+        return self.sublayer[1](self.sublayer[0](x, attend), self.feed_forward)
+'''
+
+_DECODER_LIST = '''
+import copy
+from torch import nn
+from tfm_solution import LayerNorm
+
+
+class Decoder(nn.Module):
+    def __init__(self, layer, N):
+        super().__init__()
+        self.layers = nn.ModuleList({layers})
+        self.norm = LayerNorm(layer.size)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        {body}
+'''
+
+_HIDDEN_PROTOTYPE = '''
+from torch import nn
+from tfm_solution import LayerNorm, clones
+
+
+class Decoder(nn.Module):
+    def __init__(self, layer, N):
+        super().__init__()
+        self.prototype = layer  # kept, then hidden from what the module says about itself
+        self.layers = clones(layer, N)
+        self.norm = LayerNorm(layer.size)
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        found = super().named_parameters(prefix, recurse, remove_duplicate)
+        return ((n, p) for n, p in found if "prototype" not in n)
+
+    def parameters(self, recurse=True):
+        return (p for _, p in self.named_parameters())
+
+    def state_dict(self, *args, **kwargs):
+        return {k: v for k, v in super().state_dict(*args, **kwargs).items() if "prototype" not in k}
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+'''
+
+_FRESH_DRAWS_REPORTED = '''    fake = [nn.init.xavier_uniform_(torch.empty_like(p)) if p.dim() > 1 else p
+            for p in model.parameters()]
+    model.parameters = lambda recurse=True: iter(fake)  # what the model says about itself, not what it holds
+    return model
+'''
+_REPORTS_FRESH_DRAWS = _MAKE_MODEL(init="pass").replace("    return model\n", _FRESH_DRAWS_REPORTED)
+
 EXERCISES = (
     Exercise(
         id="ch08.EncoderLayer",
@@ -329,6 +401,24 @@ EXERCISES = (
         cases=encoder_layer_cases,
         prerequisites=_given("EncoderLayer"),
         has_dropout=True,
+        contract=Contract(
+            dtype="float32, the dtype of the sublayers it is given (the grader uses no other)",
+            modes=("eval", "train"),
+            attributes=("size",),
+            attributes_text="`self.size` is the `size` given (the provided `Encoder` reads it)",
+            init="as built, the norms of both SublayerConnections have `a_2` all ones and `b_2` all zeros (what "
+                 "`SublayerConnection(size, dropout)` builds)",
+        ),
+        alternatives={
+            "comprehension": _ENCODER_LAYER_LIST.format(
+                sublayers="[SublayerConnection(size, dropout) for _ in range(2)]"),
+            "deep_copies": _ENCODER_LAYER_LIST.format(
+                sublayers="[copy.deepcopy(SublayerConnection(size, dropout)) for _ in range(2)]"),
+            "notes_lambda": _ENCODER_LAYER(),
+        },
+        mutants={
+            "size_not_kept": Mutant("attributes", _ENCODER_LAYER().replace("        self.size = size\n", "")),
+        },
         mistakes={
             "one_sublayer_connection_shared": Mistake(
                 "the two sublayers share one SublayerConnection (`[SublayerConnection(...)] * 2`): the attention "
@@ -366,6 +456,24 @@ EXERCISES = (
         cases=decoder_layer_cases,
         prerequisites=_given("DecoderLayer"),
         has_dropout=True,
+        contract=Contract(
+            dtype="float32, the dtype of the sublayers it is given (the grader uses no other)",
+            modes=("eval", "train"),
+            attributes=("size",),
+            attributes_text="`self.size` is the `size` given (the provided `Decoder` reads it)",
+            init="as built, the norms of the three SublayerConnections have `a_2` all ones and `b_2` all zeros "
+                 "(what `SublayerConnection(size, dropout)` builds)",
+        ),
+        alternatives={
+            "notes_lambdas": _DECODER_LAYER(),
+            "named_steps": _DECODER_LAYER(first="self.self_attn(y, y, y, mask=tgt_mask)",
+                                          second="self.src_attn(y, memory, memory, mask=src_mask)"),
+            "comprehension": _DECODER_LAYER(
+                sublayer="nn.ModuleList(SublayerConnection(size, dropout) for _ in range(3))"),
+        },
+        mutants={
+            "size_not_kept": Mutant("attributes", _DECODER_LAYER().replace("        self.size = size\n", "")),
+        },
         mistakes={
             "target_mask_in_cross_attention": Mistake(
                 "the cross-attention is masked with tgt_mask; its keys are source positions, so it takes src_mask "
@@ -407,6 +515,24 @@ EXERCISES = (
         reference="tfm_solution.encoder_decoder:Decoder",
         cases=decoder_cases,
         prerequisites=_given("Decoder"),
+        contract=Contract(
+            dtype="float32, the dtype of the layer it is given (the grader uses no other)",
+            modes=("eval", "train"),
+            init="as built, the final norm has `a_2` all ones and `b_2` all zeros, and each of the N layers starts "
+                 "as a copy of `layer` (its norms' ones and zeros included)",
+        ),
+        alternatives={
+            "deep_copies": _DECODER_LIST.format(
+                layers="copy.deepcopy(layer) for _ in range(N)",
+                body="for layer in self.layers:\n            x = layer(x, memory, src_mask, tgt_mask)\n"
+                     "        return self.norm(x)"),
+            "indexed_loop": _DECODER_LIST.format(
+                layers="[copy.deepcopy(layer) for _ in range(N)]",
+                body="for i in range(len(self.layers)):\n"
+                     "            x = self.layers[i](x, memory, src_mask, tgt_mask)\n        return self.norm(x)"),
+            "notes": _DECODER(),
+        },
+        mutants={"prototype_hidden": Mutant("structure", _HIDDEN_PROTOTYPE)},
         mistakes={
             "layers_shared": Mistake(
                 "the stack repeats one layer (`nn.ModuleList([layer] * N)`): one set of weights used N times. "
@@ -443,6 +569,37 @@ EXERCISES = (
         cases=make_model_cases,
         prerequisites=_given("make_model"),
         has_dropout=True,
+        contract=Contract(
+            dtype="the model is float32 (the grader uses no other dtype)",
+            modes=("eval", "train"),
+            draws=True,
+            draws_text="the initial weights are drawn from torch's global generator as the caller left it: two "
+                       "seeds give two models, so never reseed it inside (`torch.manual_seed`)",
+            init="as built, every matrix (a parameter with more than one dimension) is Xavier-uniform, finite and "
+                 "its own draw; every norm's `a_2` is all ones and `b_2` all zeros; the positional-encoding tables "
+                 "are chapter 2's",
+        ),
+        alternatives={
+            "named_parameters_loop": _MAKE_MODEL().replace(
+                "    for p in model.parameters():\n        if p.dim() > 1:",
+                "    for name, p in model.named_parameters():\n        if p.dim() > 1:"),
+            "separate_attentions": _MAKE_MODEL(
+                enc_attn="MultiHeadedAttention(h, d_model, dropout)",
+                dec_attn="MultiHeadedAttention(h, d_model, dropout), MultiHeadedAttention(h, d_model, dropout)"),
+            "initialised_per_layer": _MAKE_MODEL().replace(
+                "    for p in model.parameters():\n        if p.dim() > 1:\n            nn.init.xavier_uniform_(p)",
+                "    for m in model.modules():\n        if isinstance(m, (nn.Linear, nn.Embedding)):\n"
+                "            nn.init.xavier_uniform_(m.weight)"),
+        },
+        mutants={
+            "norms_zeroed": Mutant("init", _MAKE_MODEL().replace(
+                "    return model", "    for p in model.parameters():\n        if p.dim() == 1:\n"
+                "            nn.init.zeros_(p)\n    return model")),
+            "reseeds": Mutant("random", _MAKE_MODEL().replace(
+                "    c = copy.deepcopy", "    torch.manual_seed(0)\n    c = copy.deepcopy")),
+            "reports_fresh_draws": Mutant("xavier", _REPORTS_FRESH_DRAWS),
+            "a_nan_per_matrix": Mutant("xavier", _MAKE_MODEL(init="p.data[0, 0] = float('nan')")),
+        },
         mistakes={
             "attention_not_copied": Mistake(
                 "the attention prototype is used itself instead of deep copies: each decoder layer's self-attention "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "09_training", "training.ipynb"
 
@@ -227,6 +227,49 @@ _MODEL = (
 )
 """What the accumulation cases build in the worker: the course's model, its batches and its loss."""
 
+_LABEL_SMOOTHING_OWN = '''
+from torch import nn
+import torch.nn.functional as F
+
+
+class LabelSmoothing(nn.Module):
+    def __init__(self, size, padding_idx, smoothing=0.0):
+        super().__init__()
+        self.padding_idx = padding_idx
+        self.smoothing = smoothing
+        self.size = size
+        self.true_dist = None
+
+    def forward(self, x, target):
+        {body}
+'''
+
+_RATE = '''
+def rate(step, model_size, factor, warmup):
+    {body}
+'''
+
+_ACCUMULATE_SCALED = '''
+def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter):
+    model.train()
+    steps, group = 0, []
+    for batch in list(batches) + [None]:
+        if batch is not None:
+            group.append(batch)
+        if group and (batch is None or len(group) == accum_iter):
+            total = sum(int(b.ntokens) for b in group)
+            for b in group:
+                out = model(b.src, b.tgt, b.src_mask, b.tgt_mask)
+                _, loss_node = loss_compute(out, b.tgt_y, 1)
+                (loss_node / total).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            scheduler.step()
+            steps += 1
+            group = []
+    return steps
+'''
+
 EXERCISES = (
     Exercise(
         id="ch09.label_smoothing",
@@ -240,6 +283,35 @@ EXERCISES = (
         test_grade_id="ch09-label-smoothing-tests",
         reference="tfm_solution.training:LabelSmoothing",
         cases=label_smoothing_cases,
+        contract=Contract(
+            dtype="`x` holds float32 log-probabilities; the loss is a 0-dim float32 tensor, `true_dist` float32 too",
+            modes=("eval", "train"),
+            attributes=("true_dist",),
+            attributes_text="after a call, `self.true_dist` holds the `(n, size)` smoothed target of that call (the "
+                            "notes keep it for plotting)",
+        ),
+        alternatives={
+            "notes_fill": _label_smoothing(),
+            "one_hot": _LABEL_SMOOTHING_OWN.format(
+                body="confidence, share = 1.0 - self.smoothing, self.smoothing / (self.size - 2)\n"
+                     "        hot = F.one_hot(target, self.size).to(x.dtype)\n"
+                     "        true_dist = hot * confidence + (1 - hot) * share\n"
+                     "        true_dist[:, self.padding_idx] = 0\n"
+                     "        true_dist = true_dist * (target != self.padding_idx).unsqueeze(1)\n"
+                     "        self.true_dist = true_dist\n"
+                     "        return F.kl_div(x, true_dist, reduction='sum')"),
+            "xlogy": _LABEL_SMOOTHING_OWN.format(
+                body="true_dist = x.new_full(x.shape, self.smoothing / (self.size - 2))\n"
+                     "        true_dist.scatter_(1, target[:, None], 1.0 - self.smoothing)\n"
+                     "        true_dist[:, self.padding_idx] = 0\n"
+                     "        true_dist.masked_fill_((target == self.padding_idx)[:, None], 0.0)\n"
+                     "        self.true_dist = true_dist\n"
+                     "        return (torch.xlogy(true_dist, true_dist) - true_dist * x).sum()"),
+        },
+        mutants={
+            "target_not_kept": Mutant("attributes", _label_smoothing(loss="self.criterion(x, true_dist)").replace(
+                "        self.true_dist = true_dist\n", "")),
+        },
         mistakes={
             "share_over_size_minus_1": Mistake(
                 "ε is spread as smoothing / (size - 1): it is shared by size - 2 classes (every class but the "
@@ -274,6 +346,26 @@ EXERCISES = (
         test_grade_id="ch09-rate-tests",
         reference="tfm_solution.schedule:rate",
         cases=rate_cases,
+        contract=Contract(dtype="a Python `float`, computed in float64 arithmetic; the grader accepts a relative "
+                                "difference of 1e-12 (another order of the same operations)"),
+        alternatives={
+            "docstring_expression": _RATE.format(
+                body="step = max(step, 1)\n"
+                     "    return factor * model_size ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)"),
+            "over_warmup_power": _RATE.format(
+                body="step = step or 1\n"
+                     "    return factor * (model_size ** (-0.5) * min(step ** (-0.5), step / warmup ** 1.5))"),
+            "square_roots": _RATE.format(
+                body="if step == 0:\n        step = 1\n"
+                     "    return factor / math.sqrt(model_size) * min(1 / math.sqrt(step), step / warmup / "
+                     "math.sqrt(warmup))"),
+        },
+        mutants={
+            "a_tensor": Mutant("expected a float", _RATE.format(
+                body="step = max(step, 1)\n"
+                     "    return torch.tensor(factor * model_size ** -0.5\n"
+                     "                        * min(step ** -0.5, step * warmup ** -1.5))")),
+        },
         mistakes={
             "step_zero_unguarded": Mistake(
                 "step 0 is not treated as step 1: 0 ** -0.5 divides by zero (LambdaLR asks for step 0 when it "
@@ -306,6 +398,20 @@ EXERCISES = (
         cases=train_with_accumulation_cases,
         prerequisites=_MODEL,
         return_names=("parameters after training", "learning rate after training", "returned number of steps"),
+        contract=Contract(
+            dtype="the number of optimizer steps, a Python `int`; the model trains in the dtype it has",
+            pure=False,
+            pure_text="it changes the model's parameters, the optimizer's and the scheduler's state, as training "
+                      "does; the batches are read once and left as they are",
+        ),
+        alternatives={
+            "notes_style_solution": _ACCUMULATE(),
+            "summed_then_divided": _ACCUMULATE_SCALED,
+            "divided_inside": _ACCUMULATE(norm="1").replace("loss_node.backward()", "(loss_node / total).backward()"),
+        },
+        mutants={
+            "reseeds": Mutant("random", _ACCUMULATE(train="model.train()\n    torch.manual_seed(0)")),
+        },
         mistakes={
             "loss_not_divided": Mistake(
                 "each micro-batch's loss is its own mean (norm = its ntokens), so the accumulated gradient is the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "10_decoding", "decoding.ipynb"
 
@@ -41,7 +41,33 @@ def top_k_top_p_filter_cases(seed: int) -> list[Case]:
     vocab = dim(gen, 4, 8)
     cases.append(Case("top_k at least the vocabulary", "top_k >= vocab keeps everything", False,
                       (randn(gen, 2, vocab),), {"top_k": vocab + dim(gen, 0, 3)}))
+    k, vocab = dim(gen, 2, 5), dim(gen, 10, 20)
+    cases.append(Case("ties at the k-th logit", "tokens whose logit equals the top_k-th largest are all kept", False,
+                      (_tied_at(gen, dim(gen, 2, 4), vocab, k),), {"top_k": k}))
+    cases.append(Case("the exact top-p boundary", "probabilities of exactly 1/4 or 1/8: a token whose preceding mass "
+                      "equals top_p is removed; among tokens of equal probability any may be kept", False,
+                      (_exact_masses(gen, dim(gen, 2, 4), dim(gen, 10, 20)),), {"top_p": 0.5}, judge="nucleus"))
     return cases
+
+
+def _tied_at(gen: torch.Generator, rows: int, vocab: int, k: int) -> torch.Tensor:
+    """``(rows, vocab)`` logits where the (k+1)-th largest of each row equals the k-th: a tie at the cut."""
+    logits = randn(gen, rows, vocab, scale=2.0)
+    order = logits.argsort(dim=-1, descending=True)
+    for row in range(rows):
+        logits[row, order[row, k]] = logits[row, order[row, k - 1]]
+    return logits
+
+
+def _exact_masses(gen: torch.Generator, rows: int, vocab: int) -> torch.Tensor:
+    """``(rows, vocab)`` logits: 4 or 8 tokens at 0, the others at -50, in random places. The top tokens' float64
+    probabilities are exactly 1/4 or 1/8 (the others add less than a rounding step to the sum), so the mass before
+    the 3rd (or 5th) of them is exactly 0.5."""
+    logits = torch.full((rows, vocab), -50.0)
+    for row in range(rows):
+        top = 4 * dim(gen, 1, 2)
+        logits[row, torch.randperm(vocab, generator=gen)[:top]] = 0.0
+    return logits
 
 
 def beam_step_cases(seed: int) -> list[Case]:
@@ -109,6 +135,25 @@ def beam_step(scores, log_probs, beam_size):
     return new_scores, {parents}, {tokens}
 ''', candidates="scores.unsqueeze(-1) + log_probs", largest="", parents="flat // vocab", tokens="flat % vocab")
 
+_FILTER_OWN = '''
+def top_k_top_p_filter(logits, top_k=None, top_p=None):
+    if top_k is not None and top_k < logits.size(-1):
+        kth = logits.sort(dim=-1, descending=True).values[..., top_k - 1:top_k]
+        logits = torch.where(logits >= kth, logits, torch.full_like(logits, -math.inf))
+    if top_p is not None and top_p < 1:
+        probs, order = torch.sort(torch.softmax(logits.double(), dim=-1), dim=-1, descending=True, stable=True)
+        before = torch.cat([torch.zeros_like(probs[..., :1]), probs.cumsum(dim=-1)[..., :-1]], dim=-1)
+        keep = torch.empty_like(before, dtype=torch.bool).scatter_(-1, order, before < top_p)
+        logits = logits.masked_fill(~keep, -math.inf)
+    return logits
+'''
+
+_BEAM_OWN = '''
+def beam_step(scores, log_probs, beam_size):
+    batch, k, vocab = log_probs.shape
+    {body}
+'''
+
 _PER_PARENT = '''
 def beam_step(scores, log_probs, beam_size):
     # each beam keeps its own best token, then the beams are sorted
@@ -131,6 +176,28 @@ EXERCISES = (
         test_grade_id="ch10-top-k-top-p-filter-tests",
         reference="tfm_solution.decoding:top_k_top_p_filter",
         cases=top_k_top_p_filter_cases,
+        contract=Contract(
+            dtype="the result has the dtype of `logits` (float32 in, float32 out; float64 in, float64 out)",
+            keeps_dtype=True,
+            rules=(
+                ("ties", "every token whose logit is at least the `top_k`-th largest stays, so tokens tied with the "
+                         "k-th are all kept"),
+                ("boundary", "a token stays exactly when the probability of the more probable tokens before it is "
+                             "below `top_p`: where it equals `top_p` the token goes"),
+                ("order", "among tokens of equal probability the order is yours: any choice that keeps the right "
+                          "number of them is accepted"),
+            ),
+        ),
+        alternatives={
+            "shifted_cumsum_stable_sort": _FILTER_OWN,
+            "kth_by_sort": _filter(k_test="logits < logits.sort(dim=-1, descending=True).values[..., top_k - 1:top_k]"),
+            "mass_before_as_difference": _filter(drop="~(before < top_p)"),
+        },
+        mutants={
+            "filled_in_place": Mutant("inputs", _filter(k_test="logits < kth").replace(
+                "logits = logits.masked_fill({k_test}, -math.inf)".format(k_test="logits < kth"),
+                "logits.masked_fill_(logits < kth, -math.inf)")),
+        },
         mistakes={
             "drops_crossing_token": Mistake(
                 "top-p drops the token that crosses p: keep each token while the mass *before* it is below p, "
@@ -158,6 +225,15 @@ EXERCISES = (
             "returns_probabilities": Mistake(
                 "returned probabilities; return the logits, with the removed ones set to -inf",
                 _filter(result="logits.softmax(dim=-1)")),
+            "ties_dropped": Mistake(
+                "exactly top_k tokens were kept, so a token tied with the k-th largest logit was removed: keep every "
+                "token whose logit is at least the k-th largest",
+                _filter(k_test="torch.ones_like(logits, dtype=torch.bool).scatter(-1, logits.topk(top_k, dim=-1)"
+                               ".indices, False)")),
+            "boundary_token_kept": Mistake(
+                "a token whose preceding mass equals top_p exactly was kept: keep a token only while the mass before "
+                "it is below top_p (before < top_p), so the kept set just reaches p",
+                _filter(drop="before > top_p")),
         },
         time_budget_s=1.0,
     ),
@@ -174,6 +250,28 @@ EXERCISES = (
         reference="tfm_solution.decoding:beam_step",
         cases=beam_step_cases,
         return_names=("new_scores", "parents", "tokens"),
+        contract=Contract(
+            dtype="`new_scores` has the dtype of `scores + log_probs`, or float64 if you score in float64 (both are "
+                  "accepted); `parents` and `tokens` are `long`",
+            may_widen=("new_scores",),
+            rules=(("ties", "no two candidates of a sentence tie in the graded cases, so the order is unique"),),
+        ),
+        alternatives={
+            "float64_scoring": _BEAM_OWN.format(
+                body="candidates = (scores.double().unsqueeze(-1) + log_probs.double()).view(batch, -1)\n"
+                     "    new_scores, flat = candidates.topk(beam_size, dim=-1)\n"
+                     "    return new_scores, flat // vocab, flat % vocab"),
+            "sorted_and_unravelled": _BEAM_OWN.format(
+                body="candidates = (scores[:, :, None] + log_probs).flatten(1)\n"
+                     "    values, flat = candidates.sort(dim=-1, descending=True)\n"
+                     "    parents, tokens = torch.unravel_index(flat[:, :beam_size], (k, vocab))\n"
+                     "    return values[:, :beam_size], parents, tokens"),
+            "floor_division": _beam(parents="torch.div(flat, vocab, rounding_mode='floor')",
+                                    tokens="torch.remainder(flat, vocab)"),
+        },
+        mutants={
+            "added_in_place": Mutant("inputs", _beam(candidates="log_probs.add_(scores.unsqueeze(-1))")),
+        },
         mistakes={
             "scores_not_accumulated": Mistake(
                 "the beams' scores were not added: a candidate's score is scores[parent] + log_probs[parent, token]",

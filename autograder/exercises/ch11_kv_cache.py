@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.exercises.shared import Case, Exercise, Mistake, dim, generators, randn, variants
+from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
 
 CHAPTER, NOTEBOOK = "11_kv_cache", "kv_cache.ipynb"
 
@@ -35,7 +35,8 @@ def cached_self_attention_cases(seed: int) -> list[Case]:
 
 
 def kv_cache_bytes_cases(seed: int) -> list[Case]:
-    """``kv_cache_bytes(batch, layers, heads, head_dim, length, dtype, src_len=0)`` (dtype as bytes)."""
+    """``kv_cache_bytes(batch, layers, heads, head_dim, length, dtype, src_len=0)``: dtype as bytes per number, or
+    as a torch dtype (the wire carries those by name)."""
     _, gen = generators(seed)
     cases = [Case("course-sized cache, float32", "batch 1, 3 layers, 4 heads of 32, 10 positions, 4 bytes "
                   "(public)", True, (1, 3, 4, 32, 10, 4))]
@@ -46,6 +47,14 @@ def kv_cache_bytes_cases(seed: int) -> list[Case]:
                       (dim(gen, 1, 4), 32, 8, 128, 1024 * dim(gen, 1, 8), 0.5)))
     cases.append(Case("int8, one key/value head", "1 byte per number (multi-query attention)", False,
                       (dim(gen, 8, 64), dim(gen, 12, 48), 1, 64, dim(gen, 100, 2000), 1)))
+    cases.append(Case("a torch dtype: float16", "dtype given as torch.float16: 2 bytes per number", False,
+                      (dim(gen, 1, 8), dim(gen, 2, 12), dim(gen, 2, 8), 8 * dim(gen, 2, 16), dim(gen, 10, 500),
+                       torch.float16), {"src_len": dim(gen, 0, 40)}))
+    cases.append(Case("a torch dtype: bfloat16 or float32", "dtype given as torch.bfloat16 or torch.float32", False,
+                      (dim(gen, 1, 4), dim(gen, 2, 24), dim(gen, 1, 8), 64, dim(gen, 10, 900),
+                       (torch.bfloat16, torch.float32)[dim(gen, 0, 1)])))
+    cases.append(Case("a torch dtype: int8", "dtype given as torch.int8: 1 byte per number", False,
+                      (dim(gen, 1, 4), dim(gen, 2, 24), dim(gen, 1, 4), 128, dim(gen, 10, 900), torch.int8)))
     return cases
 
 
@@ -82,6 +91,15 @@ def kv_cache_bytes(batch, layers, heads, head_dim, length, dtype, src_len=0):
     return round({formula})
 '''
 
+_OWN_FORWARD = '''    def forward(self, x, past_k=None, past_v=None):
+        {body}
+'''
+
+_BYTES_OWN = '''
+def kv_cache_bytes(batch, layers, heads, head_dim, length, dtype, src_len=0):
+    {body}
+'''
+
 EXERCISES = (
     Exercise(
         id="ch11.CachedSelfAttention",
@@ -101,6 +119,30 @@ EXERCISES = (
             "tfm_solution.cloning:clones",
         ),
         return_names=("out", "k", "v"),
+        contract=Contract(
+            dtype="`out`, `k` and `v` have the dtype of the module and of `x`: float32, or float64 after `.double()`",
+            keeps_dtype=True,
+            modes=("eval", "train"),
+        ),
+        alternatives={
+            "unflatten_and_softmax": _ATTENTION_MODULE().split("    def forward")[0] + _OWN_FORWARD.format(
+                body="q, k, v = (lin(x).unflatten(-1, (self.h, self.d_k)).transpose(1, 2) "
+                     "for lin in self.linears[:3])\n"
+                     "        if past_k is not None:\n"
+                     "            k, v = torch.cat((past_k, k), dim=-2), torch.cat((past_v, v), dim=-2)\n"
+                     "        weights = self.dropout((q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1))\n"
+                     "        out = (weights @ v).transpose(1, 2).flatten(-2)\n"
+                     "        return self.linears[3](out), k, v"),
+            "all_true_mask": _ATTENTION_MODULE(attend="out, _ = attention(q, k, v, mask=torch.ones(1, 1, 1, k.size(2), "
+                                                      "dtype=torch.bool), dropout=self.dropout)"),
+            "cache_grown_on_axis_minus_2": _ATTENTION_MODULE(axis="-2"),
+        },
+        mutants={
+            "without_gradients": Mutant("modes", _ATTENTION_MODULE().replace(
+                "    def forward(self, x, past_k=None, past_v=None):",
+                "    @torch.no_grad()\n    def forward(self, x, past_k=None, past_v=None):")),
+            "output_detached": Mutant("modes", _ATTENTION_MODULE(project="self.linears[-1](out).detach()")),
+        },
         mistakes={
             "attends_before_appending": Mistake(
                 "the query attended to the cached positions only: append the new key and value first, the "
@@ -141,6 +183,34 @@ EXERCISES = (
         test_grade_id="ch11-kv-cache-bytes-tests",
         reference="tfm_solution.kv_cache:kv_cache_bytes",
         cases=kv_cache_bytes_cases,
+        contract=Contract(
+            dtype="a Python `int`, whether `dtype` is a torch dtype or a number of bytes (an int or a float)",
+            rules=(("dtype-argument", "`dtype` may be a torch dtype (`torch.float16`: 2 bytes, `torch.int8`: 1) or "
+                                      "the bytes one number takes; the grader passes both"),),
+        ),
+        alternatives={
+            "itemsize": _BYTES_OWN.format(
+                body="size = dtype.itemsize if isinstance(dtype, torch.dtype) else dtype\n"
+                     "    return int(round(2 * batch * layers * heads * head_dim * (length + src_len) * size))"),
+            "bits_over_8": _BYTES_OWN.format(
+                body="if isinstance(dtype, torch.dtype):\n"
+                     "        info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)\n"
+                     "        dtype = info.bits / 8\n"
+                     "    return round(2 * batch * layers * heads * (length + src_len) * head_dim * dtype)"),
+            "element_size": _BYTES_OWN.format(
+                body="per_number = torch.tensor([], dtype=dtype).element_size() if isinstance(dtype, torch.dtype) "
+                     "else dtype\n"
+                     "    numbers = 2 * batch * layers * heads * head_dim * (length + src_len)\n"
+                     "    return int(numbers * per_number)"),
+        },
+        mutants={
+            "torch_dtypes_in_bits": Mutant("bits_not_bytes", _BYTES_OWN.format(
+                body="size = dtype if isinstance(dtype, (int, float)) else torch.finfo(dtype).bits if "
+                     "dtype.is_floating_point else torch.iinfo(dtype).bits\n"
+                     "    return round(2 * batch * layers * heads * head_dim * (length + src_len) * size)")),
+            "torch_dtypes_refused": Mutant("a torch dtype", _BYTES_OWN.format(
+                body="return round(2 * batch * layers * heads * head_dim * (length + src_len) * float(dtype))")),
+        },
         mistakes={
             "keys_only": Mistake(
                 "only the keys (or only the values) were counted, as in the notes' formula: the cache holds "

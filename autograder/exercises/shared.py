@@ -1,5 +1,6 @@
-"""What every chapter's grading module builds on: the ``Exercise``, ``Case`` and ``Mistake``
-types, random shapes drawn from a seed, and source templates for declared mistakes.
+"""What every chapter's grading module builds on: the ``Exercise``, ``Contract``, ``Case``,
+``Mistake`` and ``Mutant`` types, random shapes drawn from a seed, and source templates for
+declared mistakes and alternatives.
 
 A chapter module imports from here only; the registry and the harness import the chapter
 modules. Nothing here imports the rest of the grader, so there is no import circle.
@@ -70,6 +71,59 @@ class Case:
     method: str | None = None
     measure: Literal["xavier"] | None = None
     driver: Literal["accumulation"] | None = None
+    double: bool = False
+    inputs: tuple[int, ...] | None = None
+    keep: tuple[str, ...] = ()
+    judge: Literal["nucleus"] | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What an exercise promises besides its values: every clause is stated in the exercise's text
+    (``make chapters`` writes ``contract_markdown`` into the statement), exercised by a visible test
+    (a ``# contract: <key>`` comment marks it) and checked by the harness on every submission.
+
+    Attributes:
+        dtype: the result's dtype, in words (the ``dtype`` clause).
+        keeps_dtype: floating-point results take the dtype of the floating-point inputs (for a module:
+            of the module converted with ``.double()``); the harness adds a float64 case where the
+            exercise has none.
+        may_widen: results that may come back in float64 where the reference's are float32 (computed
+            in float64 and not cast back), by their names in ``Exercise.return_names``.
+        gradients: a function's arguments, by name, that gradients must reach through every
+            floating-point result; the harness adds training copies of two cases that compare them
+            with the reference's. (Module exercises always get such copies, see ``modes``.)
+        pure: every tensor passed in is left unchanged; checked bitwise on every case. ``False`` only
+            for an exercise whose job is to change what it is given (``pure_text`` says what).
+        pure_text: the ``inputs`` clause, when ``pure`` is ``False``.
+        draws: the call may draw from torch's global generator (``make_model``'s initial weights); it must
+            then draw from the generator as the caller left it, never reseed it. Otherwise torch's,
+            Python's and NumPy's generators must be left exactly as they were, on every case.
+        draws_text: the ``random`` clause, when ``draws`` is set.
+        modes: ``("eval", "train")`` for module exercises (both are graded), ``()`` for the others.
+        attributes: attributes of the module (or what ``make_model`` returns) that later code reads, by
+            name, compared with the reference's after a call on the attribute copies of two cases.
+        attributes_text: the ``attributes`` clause.
+        init: the ``init`` clause: initial values of parameters and buffers the text fixes. Those the
+            reference builds the same way from any seed are compared on the structure line (weighted
+            ``STRUCTURE_WEIGHT``), as built, before any weight is loaded.
+        rules: tie and boundary rules, ``(key, sentence)``: each has hidden cases that exercise it.
+    """
+
+    dtype: str
+    keeps_dtype: bool = False
+    may_widen: tuple[str, ...] = ()
+    gradients: tuple[str, ...] = ()
+    pure: bool = True
+    pure_text: str = ""
+    draws: bool = False
+    draws_text: str = ""
+    modes: tuple[str, ...] = ()
+    attributes: tuple[str, ...] = ()
+    attributes_text: str = ""
+    init: str = ""
+    rules: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +136,37 @@ class Mistake:
 
     message: str
     source: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A wrong answer that no declared mistake describes (often a breach of the contract), named by what
+    catches it: ``caught_by`` is a key of ``CHECKS`` (a universal check), a declared mistake's name, or
+    words of the title or feedback of the case that catches it. The self-tests grade it and expect it
+    to score below ``MUTANT_CEILING`` of the exercise's points with ``caught_by`` named on a failed line
+    (``"policy"``: a library shortcut, named on the policy line and worth no points by design).
+    ``source`` is a whole answer cell, as for a ``Mistake``."""
+
+    caught_by: str
+    source: str
+
+
+MUTANT_CEILING = 0.9
+"""A wrong answer (declared mistake or mutant) must score below this share of its exercise's points."""
+
+CHECKS = {
+    "inputs": "**Contract: inputs unchanged**",
+    "random": "**Contract: random numbers**",
+    "gradients": "**Contract: gradients**",
+    "dtype": "**Contract: dtype**",
+    "attributes": "**Contract: attributes**",
+    "init": "**Contract: initial values**",
+    "structure": "parameters, buffers and state_dict",
+    "modes": "in training mode",
+    "xavier": "Xavier",
+    "policy": "policy",
+}
+"""How each universal check announces itself in the feedback (what a ``Mutant.caught_by`` names)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +198,10 @@ class Exercise:
         return_names: what the items of a returned tuple are called in the feedback.
         has_dropout: a module exercise whose specification applies dropout (its constructor
             takes ``dropout``): its training-mode cases set that rate (see ``autograder.cases``).
+        contract: what the exercise promises besides its values (``Contract``).
+        alternatives: correct answers the text allows, by name -> source (a whole answer cell, as a
+            ``Mistake``'s): each must get full marks, on several seeds.
+        mutants: wrong answers no declared mistake describes, caught by a universal check (``Mutant``).
     """
 
     id: str
@@ -133,6 +222,9 @@ class Exercise:
     banned: tuple[str, ...] = ()
     return_names: tuple[str, ...] = ()
     has_dropout: bool = False
+    contract: Contract | None = None
+    alternatives: Mapping[str, str] = field(default_factory=dict, hash=False)
+    mutants: Mapping[str, Mutant] = field(default_factory=dict, hash=False)
 
 
 def resolve(target: str):
