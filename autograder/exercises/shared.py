@@ -52,6 +52,10 @@ class Case:
     (``worker.DRIVERS``) builds what ``args`` describe and calls the answer inside it, the same
     procedure running the reference in the harness (``"accumulation"``: a training run of chapter 9's
     ``train_with_accumulation`` on a tiny model, ``worker.train_accumulated``).
+
+    A case with a ``judge`` is judged by that rule instead of against the reference (which is then
+    never computed): ``judge(returned value) -> (passed, lines for the student)``. Chapter 12 judges its
+    training and translation runs in bands this way.
     """
 
     title: str
@@ -69,7 +73,8 @@ class Case:
     distinct: bool = False
     method: str | None = None
     measure: Literal["xavier"] | None = None
-    driver: Literal["accumulation"] | None = None
+    driver: Literal["accumulation", "reversal", "translation"] | None = None
+    judge: Callable[[object], tuple[bool, list[str]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,9 @@ class Exercise:
         return_names: what the items of a returned tuple are called in the feedback.
         has_dropout: a module exercise whose specification applies dropout (its constructor
             takes ``dropout``): its training-mode cases set that rate (see ``autograder.cases``).
+        runner: ``"module:Class"`` of an ``autograder.grade.ExerciseRun`` subclass that grades this
+            exercise (chapter 12's, which gathers the student's code from every chapter); None: the
+            standard one.
     """
 
     id: str
@@ -131,6 +139,7 @@ class Exercise:
     banned: tuple[str, ...] = ()
     return_names: tuple[str, ...] = ()
     has_dropout: bool = False
+    runner: str | None = None
 
 
 def resolve(target: str):
