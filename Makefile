@@ -1,6 +1,7 @@
 # The two commands of the README: `make book` and `make test`. Each creates the pinned
 # environment in .venv first when it is missing or older than the lock file.
-# `make chapters` regenerates chapters/ (the student notebooks) from solutions/.
+# `make chapters` regenerates chapters/ (the student notebooks) from solutions/, and zh/ (the
+# Chinese course) from them and translations/zh/.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -44,10 +45,12 @@ gradebook: $(STAMP)
 	  $(BIN)/nbgrader generate_assignment $$chapter --force --CourseDirectory.release_directory=_build/nbgrader-release || exit 1; \
 	done
 
+# Both sites: the English one into _build/html, the Chinese one (zh/) into _build/html/zh.
 book: $(STAMP) $(JS_STAMP)
 	$(BIN)/python scripts/make_chapters.py --check || $(MAKE) chapters
 	$(BIN)/jupyter-book build . -W --keep-going
-	@echo "Open _build/html/index.html in a browser."
+	$(BIN)/python scripts/translations.py build _build/html
+	@echo "Open _build/html/index.html in a browser (中文: _build/html/zh/index.html)."
 
 test: $(STAMP) $(JS_STAMP)
 	$(PYTEST) -n 2 --cov=tfm_solution --cov-report=term --cov-fail-under=95

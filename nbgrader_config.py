@@ -18,7 +18,18 @@ c.CourseDirectory.notebook_id = "*"
 c.ExecutePreprocessor.timeout = 300
 
 # The graded cells' outputs are recomputed outside the student's kernel after execution, so a
-# notebook that patches the grader inside its kernel cannot change its points.
-from autograder.nbgrader_plugin import autograde_preprocessors  # noqa: E402
+# notebook that patches the grader inside its kernel cannot change its points. Test cells are
+# compared with the cells as released (without their hidden tests), so an untouched one raises
+# no tampering warning.
+import warnings  # noqa: E402
+
+from sqlalchemy.exc import SAWarning  # noqa: E402
+
+from autograder.nbgrader_plugin import autograde_preprocessors, sanitize_preprocessors  # noqa: E402
 
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
+c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
+
+# nbgrader 0.9's gradebook adds submissions through backrefs that SQLAlchemy 2 no longer
+# cascades; it adds them itself right after, so these notices say nothing to an instructor.
+warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session", category=SAWarning)

@@ -57,7 +57,8 @@ var require = {
 def copy_assets(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
-    modules = Path(app.srcdir) / "book" / "node_modules"
+    # Beside this folder, not under the book's: the Chinese book (zh/) uses the same assets.
+    modules = Path(__file__).resolve().parents[1] / "book" / "node_modules"
     static = Path(app.outdir) / "_static"
     for dest, src in ASSETS.items():
         source = modules / src

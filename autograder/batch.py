@@ -61,10 +61,11 @@ def _error_row(path: Path, why: str) -> dict:
 
 
 def time_budget(submissions: int, jobs: int, chapter: str | None) -> float:
-    """Seconds a batch may take: each exercise's worst case (start, then cases until two time out)."""
+    """Seconds a batch may take: each exercise's worst case (its wall-clock backstop) and the start."""
     limits = Limits()
     exercises = [e for e in REGISTRY if chapter is None or e.chapter.split("_")[0] == chapter.zfill(2)]
-    per_submission = 120 + len(exercises) * (limits.start_timeout_s + 3 * limits.call_timeout_s + 30)
+    exercise = limits.wall_factor * (limits.start_timeout_s + 3 * limits.call_timeout_s)
+    per_submission = 300 + len(exercises) * (exercise + 30)
     return math.ceil(submissions / jobs) * per_submission
 
 

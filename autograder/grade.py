@@ -34,7 +34,8 @@ from autograder.gradescope import packaged_salt
 from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
 from autograder.results import ERROR_NOTE, Report, TestResult, split_points
-from autograder.sandbox import Limits, SandboxFailed, Worker, WorkerDied, hidden_paths, isolation, kill_all
+from autograder.sandbox import (Limits, SandboxFailed, Worker, WorkerDied, fork_server, hidden_paths, isolation,
+                                kill_all)
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
 
@@ -256,6 +257,7 @@ class ExerciseRun:
         self.printed: list[str] = []
         self.load_failure: str | None = None
         self.deadline: float | None = None
+        self.spent = 0.0  # own seconds of this exercise's workers that are gone (see sandbox.OwnTime)
         self.timeouts = 0
         if not self.extraction.error:
             self.reference = resolve(exercise.reference)
@@ -291,9 +293,15 @@ class ExerciseRun:
         case, exercise = self.cases[number], self.exercise
         if self.extraction.error:
             return TestResult(self.name(number), 0.0, self.weights[number], self.extraction.error)
+        # One exercise may take three calls' and one start's own time (its workers' CPU and waiting
+        # time, never the machine's load); the wall clock is only a generous backstop, started once
+        # the fork server is up (importing torch is the grader's time, not the exercise's).
+        budget = 3 * self.limits.call_timeout_s + self.limits.start_timeout_s
         if self.deadline is None:
-            self.deadline = time.monotonic() + 3 * self.limits.call_timeout_s + self.limits.start_timeout_s
-        if time.monotonic() > self.deadline or self.timeouts >= 2:
+            fork_server()
+            self.deadline = time.monotonic() + self.limits.wall_factor * budget
+        spent = self.spent + (self.worker.spent if self.worker else 0.0)
+        if spent > budget or time.monotonic() > self.deadline or self.timeouts >= 2:
             return self._fail(number, "not run: earlier cases of this exercise timed out, which bounds the "
                                       "time one exercise may take")
         if self.load_failure:
@@ -315,6 +323,7 @@ class ExerciseRun:
             reply, out, seconds = self.worker.call(request, buffers)
         except WorkerDied as died:
             self.printed.append(self.worker.captured_output() if self.worker else died.output)
+            self.spent += self.worker.spent if self.worker else 0.0
             self.worker = None
             self.timeouts += died.reason.startswith("timed out")
             return self._fail(number, self.load_failure or f"{died.reason}; the remaining cases run in a fresh worker")
@@ -342,11 +351,14 @@ class ExerciseRun:
         if errors and not any(n.startswith("error while running") for n in self.notes):
             self.notes += [f"error while running your code:\n\n{fenced(e)}" for e in errors]
         if not ready.get("found"):
-            raise _NotDefined(f"`{self.exercise.name}` is not defined after running your code"
-                              + ("" if ready.get("errors") else " (is the answer cell still a stub?)"))
+            # Every case meets the same missing name: each says why, and no worker runs for nothing.
+            self.load_failure = not_defined(self.exercise.name, ready.get("errors", []))
+            self._stop_worker()
+            raise _NotDefined(self.load_failure)
 
     def _stop_worker(self) -> None:
         if self.worker is not None:
+            self.spent += self.worker.spent
             self.worker.kill()
             self.printed.append(self.worker.captured_output())
             self.worker = None
@@ -387,6 +399,30 @@ STRUCTURE_OF_A_STUB = ("no points yet: the module's computation is not implement
 
 class _NotDefined(Exception):
     pass
+
+
+def _is_memory_error(error: str) -> bool:
+    return "MemoryError" in error or "can't allocate memory" in error or "Cannot allocate memory" in error
+
+
+def not_defined(name: str, errors: list[str]) -> str:
+    """Why the answer's name is missing after the notebook's code ran, from the errors it raised
+    (each ``"cell N[, line L: `source`]: Exception: message"``): the cause first, the rest in the notes."""
+    missing = f"`{name}` is not defined after running your code"
+    memory = [e for e in errors if _is_memory_error(e)]
+    imports = [e for e in errors if "ImportError" in e or "ModuleNotFoundError" in e]
+    if memory:
+        return (f"{missing}: your code ran out of memory while it was loading ({memory[0][:300]}). The memory "
+                "limit counts only what your code allocates, beyond what the grader itself holds")
+    if imports:
+        why = imports[0][:400]
+        blocked = any(f"`{package}" in why or f"'{package}" in why or f"{package}." in why
+                      for package in BLOCKED_PACKAGES)
+        if blocked and "not available while grading" not in why:  # (the worker's own refusal says so already)
+            why += ("; importing the course's reference (`tfm_solution`) or the grader is not allowed in an answer: "
+                    "what an exercise may use from earlier chapters is provided already")
+        return f"{missing}: an import failed ({why})"
+    return missing + ("" if errors else " (is the answer cell still a stub?)")
 
 
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,

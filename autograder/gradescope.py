@@ -1,41 +1,59 @@
 """``python -m autograder gradescope-zip --chapter NN``: the Gradescope autograder package.
 
-The zip holds the grader and the reference (``source/``), a ``requirements-grader.txt``
-pinned to the versions installed here (the grader's runtime closure only, not the course's
-whole environment), optionally the wheels themselves, ``setup.sh`` (installs them) and
+The zip holds the grader and the part of the reference it loads (``source/``), a
+``requirements-grader.txt``, optionally wheels, ``setup.sh`` (installs them) and
 ``run_autograder`` (grades ``/autograder/submission`` into ``/autograder/results``) and
 ``autograder/salt.txt``, a secret drawn anew for each package: it goes into every seed of
 hidden cases, so nobody can reproduce them outside the grader. When Gradescope runs it as
 root, each worker gives up root for a user of its own (see ``worker``); ``run_autograder``
 first closes everything under /autograder to other users but the venv, which they may only
 read (where namespaces are missing, these modes are what hides the rest).
+
+The requirements are derived from the code that ships: every third-party module that a
+shipped file imports, anywhere in it, is a requirement, with the range the project declares
+for it (``pyproject.toml``: the dependencies and the ``grade`` extra) capped at the version
+tested here; torch is pinned to the version installed here, as the course's lock pins it.
+``setup.sh`` installs them from the ordinary package index (or from the shipped wheels), so
+a clean image with Python 3.10 or newer needs nothing else. Both scripts take
+``AUTOGRADER_ROOT`` (default ``/autograder``), so the package can be tried in a scratch folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.metadata as metadata
 import re
 import secrets
+import sys
 import zipfile
 from pathlib import Path
 
 from autograder.registry import REGISTRY
 from autograder.sandbox import REPO_ROOT
 
-RUNTIME_ROOTS = ("torch", "numpy", "nbformat", "tqdm", "pytest")
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PACKAGES = ("autograder", "tfm_solution")
+# Instructors' nbgrader glue: it imports nbgrader, which Gradescope never runs.
+NOT_SHIPPED = ("autograder/nbgrader_plugin.py",)
+PROJECT = "transformer-built-and-graded"
+PINNED = ("torch",)  # pinned exactly: the reference's numbers come from it
+# Needed without an import statement: torch's ``Tensor.numpy()`` (the wire format's bytes) needs NumPy.
+USED_WITHOUT_IMPORT = {"numpy": {"numpy"}}
 
 SETUP_SH = """#!/usr/bin/env bash
-# Installs the grader's pinned runtime. Gradescope runs this once, as root, when it builds the image.
+# Installs the grader's runtime. Gradescope runs this once, as root, when it builds the image.
 set -euo pipefail
-cd /autograder/source
-apt-get update -qq && apt-get install -y -qq python3 python3-pip python3-venv >/dev/null
-python3 -m venv /autograder/venv
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+PYTHON="${AUTOGRADER_PYTHON:-python3}"
+cd "$ROOT/source"
+if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  apt-get update -qq && apt-get install -y -qq python3 python3-pip python3-venv >/dev/null
+fi
+"$PYTHON" -m venv "$ROOT/venv"
 if [ -d wheels ]; then
-  /autograder/venv/bin/pip install --no-index --find-links wheels -r requirements-grader.txt
+  "$ROOT/venv/bin/pip" install --no-index --find-links wheels -r requirements-grader.txt
 else
-  /autograder/venv/bin/pip install --extra-index-url {index} -r requirements-grader.txt
+  "$ROOT/venv/bin/pip" install -r requirements-grader.txt
 fi
 """
 
@@ -46,14 +64,15 @@ RUN_AUTOGRADER = """#!/usr/bin/env bash
 # metadata out of their reach. Only the venv stays readable, and nobody but root may write it.
 set -eu
 shopt -s nullglob dotglob
-chmod 711 /autograder
-for entry in /autograder/*; do
-  [ "$entry" = /autograder/venv ] || chmod -R go-rwx "$entry"
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+chmod 711 "$ROOT"
+for entry in "$ROOT"/*; do
+  [ "$entry" = "$ROOT/venv" ] || chmod -R go-rwx "$entry"
 done
-chmod -R go-w /autograder/venv
-cd /autograder/source
-PYTHONPATH=/autograder/source exec /autograder/venv/bin/python -m autograder grade /autograder/submission \\
-  --chapter {chapter} --results /autograder/results/results.json
+chmod -R go-w "$ROOT/venv"
+cd "$ROOT/source"
+PYTHONPATH="$ROOT/source" exec "$ROOT/venv/bin/python" -m autograder grade "$ROOT/submission" \\
+  --chapter {chapter} --results "$ROOT/results/results.json"
 """
 
 
@@ -61,22 +80,99 @@ def _name(requirement: str) -> str:
     return re.split(r"[ ;<>=!~\\[(]", requirement, maxsplit=1)[0]
 
 
-def runtime_requirements(roots: tuple[str, ...] = RUNTIME_ROOTS) -> list[str]:
-    """``name==version`` for the roots and everything they need at run time (no extras)."""
-    pins: dict[str, str] = {}
-    todo = list(roots)
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def shipped_files() -> list[Path]:
+    """The package's Python files: the grader, and the modules of the reference it can load
+    (followed from the grader's imports, lazy ones included; the widgets never are)."""
+    grader = [p for p in sorted((REPO_ROOT / "autograder").rglob("*.py"))
+              if str(p.relative_to(REPO_ROOT)) not in NOT_SHIPPED]
+    seen: set[Path] = set()
+    todo = list(grader)
     while todo:
-        name = todo.pop()
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
+        path = todo.pop()
+        if path in seen:
             continue
-        key = dist.metadata["Name"]
-        if key in pins:
-            continue
-        pins[key] = dist.version
-        todo += [_name(r) for r in dist.requires or [] if "extra ==" not in r]
-    return sorted(f"{n}=={v}" for n, v in pins.items())
+        seen.add(path)
+        for module in imported_modules(path):
+            todo += _local_files(module)
+    return sorted(seen)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports, at any depth of its code (relative
+    imports resolved; ``from a import b`` names ``a`` and ``a.b``, which may be a module)."""
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    package = parts if parts[-1] == "__init__" else parts[:-1]
+    package = [p for p in package if p != "__init__"]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1] if node.level else [])
+            module = ".".join(p for p in (base, node.module or "") if p)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _local_files(module: str) -> list[Path]:
+    """The files that importing ``module`` runs, if it is one of ours (its packages' ``__init__`` too)."""
+    parts = module.split(".")
+    if parts[0] not in PACKAGES:
+        return []
+    files = []
+    for end in range(1, len(parts) + 1):
+        folder = REPO_ROOT.joinpath(*parts[:end])
+        for candidate in (folder / "__init__.py", folder.with_suffix(".py")):
+            if candidate.is_file():
+                files.append(candidate)
+    return files
+
+
+def third_party(files: list[Path]) -> dict[str, set[str]]:
+    """Distribution name -> the top-level modules of it that ``files`` import."""
+    owners = metadata.packages_distributions()
+    found: dict[str, set[str]] = {}
+    for path in files:
+        for module in imported_modules(path):
+            top = module.split(".")[0]
+            if not top or top in PACKAGES or top in sys.stdlib_module_names or top == "__future__":
+                continue
+            if top not in owners:
+                raise LookupError(f"{path.relative_to(REPO_ROOT)} imports `{top}`, which no installed "
+                                  "distribution provides")
+            for dist in owners[top]:
+                found.setdefault(dist, set()).add(top)
+    return found
+
+
+def declared_ranges() -> dict[str, str]:
+    """Normalised name -> the requirement the project declares for grading (dependencies + ``grade``)."""
+    declared: dict[str, str] = {}
+    for requirement in metadata.requires(PROJECT) or []:
+        spec, _, marker = requirement.partition(";")
+        if not marker.strip() or re.search(r"""extra\s*==\s*["']grade["']""", marker):
+            declared[_key(_name(spec.strip()))] = spec.strip()
+    return declared
+
+
+def requirements(files: list[Path] | None = None) -> list[str]:
+    """``requirements-grader.txt``: one line per distribution the shipped code imports."""
+    declared = declared_ranges()
+    lines = []
+    for dist in sorted({**USED_WITHOUT_IMPORT, **third_party(shipped_files() if files is None else files)}, key=_key):
+        spec = declared.get(_key(dist))
+        if spec is None:
+            raise LookupError(f"the grader imports `{dist}`, which pyproject.toml does not declare for grading "
+                              "(add it to the dependencies or the `grade` extra)")
+        installed = metadata.version(dist).split("+")[0]  # a local label (+cpu) is no version on the index
+        name = _name(spec)
+        lines.append(f"{name}=={installed}" if _key(name) in PINNED else f"{spec},<={installed}")
+    return lines
 
 
 SALT_FILE = Path(__file__).with_name("salt.txt")
@@ -94,13 +190,14 @@ def build(chapter: str, out: Path, wheels: Path | None = None) -> Path:
     """Write the package for one chapter (= one Gradescope assignment)."""
     if not any(e.chapter.split("_")[0] == chapter.zfill(2) for e in REGISTRY):
         raise ValueError(f"no exercises for chapter {chapter!r}")
+    files = shipped_files()
+    lines = requirements(files)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in ("autograder", "tfm_solution"):
-            for path in sorted((REPO_ROOT / package).rglob("*.py")):  # with sub-packages (autograder.exercises)
-                archive.write(path, str(path.relative_to(REPO_ROOT)))
+        for path in files:
+            archive.write(path, str(path.relative_to(REPO_ROOT)))
         archive.writestr(f"autograder/{SALT_FILE.name}", secrets.token_hex(32) + "\n")
-        archive.writestr("requirements-grader.txt", "\n".join(runtime_requirements()) + "\n")
-        for name, text in (("setup.sh", SETUP_SH.format(index=TORCH_CPU_INDEX)),
+        archive.writestr("requirements-grader.txt", "\n".join(lines) + "\n")
+        for name, text in (("setup.sh", SETUP_SH),
                            ("run_autograder", RUN_AUTOGRADER.format(chapter=chapter.zfill(2)))):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o100755 << 16

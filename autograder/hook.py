@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import tempfile
 import traceback
@@ -24,6 +25,10 @@ from pathlib import Path
 import nbformat
 
 from autograder.registry import by_id
+
+#: Set by ``nbgrader autograde`` with the course's configuration (see ``nbgrader_plugin``): the
+#: graded cells are graded outside the kernel afterwards, and their outputs replaced.
+OUTSIDE_KERNEL = "AUTOGRADER_GRADED_OUTSIDE_KERNEL"
 
 
 def _source_notebook(exercise_id: str, namespace: dict, scratch: Path) -> Path:
@@ -42,6 +47,9 @@ def _source_notebook(exercise_id: str, namespace: dict, scratch: Path) -> Path:
 
 def grade_in_notebook(exercise_id: str, namespace: dict) -> float:
     """Grade one exercise of the running notebook; print the feedback; return the points."""
+    if os.environ.get(OUTSIDE_KERNEL):
+        print(f"{exercise_id}: graded outside this kernel by `nbgrader autograde`; its feedback replaces this line.")
+        return 0.0
     from autograder.grade import grade_path
     from autograder.results import table
 

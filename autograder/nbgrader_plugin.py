@@ -6,22 +6,33 @@ result. This preprocessor runs after ``Execute``: for every graded cell the regi
 it grades the notebook's sources with the harness (in this process and its workers, never
 in the kernel) and overwrites the cell's outputs with the feedback and the points, which
 ``SaveAutoGrades`` then records. The points are those ``python -m autograder grade`` gives.
+Since those outputs are replaced anyway, the graded cells do not grade inside the kernel
+during ``autograde`` (``OUTSIDE_KERNEL`` tells them so), which halves the work.
 
-Enable it in ``nbgrader_config.py``::
+``OverwriteReleasedCells`` replaces nbgrader's ``OverwriteCells``: nbgrader records a graded
+cell in the gradebook with its hidden tests but releases it without them, so it reported
+every submitted test cell as tampered with (nbgrader issue 1961). Enable both in
+``nbgrader_config.py``::
 
-    from autograder.nbgrader_plugin import autograde_preprocessors
+    from autograder.nbgrader_plugin import autograde_preprocessors, sanitize_preprocessors
     c.Autograde.autograde_preprocessors = autograde_preprocessors()
+    c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
 """
 
 from __future__ import annotations
 
+import copy
+import os
 import tempfile
 from pathlib import Path
 
 import nbformat
+from nbgrader import utils
+from nbgrader.api import MissingEntry
 from nbgrader.converters.autograde import Autograde
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
 
+from autograder.hook import OUTSIDE_KERNEL
 from autograder.registry import REGISTRY
 
 
@@ -55,6 +66,38 @@ class GradeOutsideKernel(NbGraderPreprocessor):
         return nb, resources
 
 
+class MarkGradedOutsideKernel(NbGraderPreprocessor):
+    """Tell the kernels ``Execute`` starts next that the graded cells are graded outside them."""
+
+    def preprocess(self, nb, resources):
+        os.environ[OUTSIDE_KERNEL] = "1"
+        return nb, resources
+
+
+class OverwriteReleasedCells(OverwriteCells):
+    """nbgrader's ``OverwriteCells``, comparing a locked cell with the cell as it was released.
+
+    A submitted cell equal to the gradebook's cell with its hidden tests removed (what the
+    student received) gets the recorded source back silently; any other change is still
+    reported, and overwritten, by nbgrader.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id is not None and utils.is_locked(cell):
+            try:
+                recorded = self.gradebook.find_source_cell(grade_id, self.notebook_id, self.assignment_id)
+            except MissingEntry:
+                recorded = None  # nbgrader reports it
+            if recorded is not None and recorded.locked:
+                released = copy.deepcopy(cell)
+                released.source = recorded.source
+                ClearHiddenTests(parent=self)._remove_hidden_test_region(released)
+                if released.source == cell.source:
+                    cell.source = recorded.source
+        return super().preprocess_cell(cell, resources, cell_index)
+
+
 def autograde_preprocessors(execute: bool = True) -> list:
     """nbgrader's autograde pipeline with :class:`GradeOutsideKernel` right after ``Execute``.
 
@@ -63,4 +106,11 @@ def autograde_preprocessors(execute: bool = True) -> list:
     """
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = steps.index(Execute)
-    return steps[:at] + ([Execute] if execute else []) + [GradeOutsideKernel] + steps[at + 1:]
+    run = [MarkGradedOutsideKernel, Execute] if execute else []
+    return steps[:at] + run + [GradeOutsideKernel] + steps[at + 1:]
+
+
+def sanitize_preprocessors() -> list:
+    """nbgrader's sanitizing steps with :class:`OverwriteReleasedCells` for ``OverwriteCells``."""
+    steps = list(Autograde.class_traits()["sanitize_preprocessors"].default())
+    return [OverwriteReleasedCells if step is OverwriteCells else step for step in steps]

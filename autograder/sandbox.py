@@ -53,7 +53,19 @@ UID_BASE = 0x60000000
 
 @dataclass(frozen=True)
 class Limits:
-    """What one worker may use. ``call_timeout_s`` is wall time per graded call."""
+    """What one worker may use: limits on what its own code spends, never on the machine's load.
+
+    ``memory_mb``: address space the submission may add to what the worker holds once torch is
+    imported, measured in the worker before any student code runs (``RLIMIT_AS`` = that + this;
+    an exercise's ``memory_budget_mb`` may lower it), so a build of torch that reserves
+    gigabytes on import leaves the budget as it is. ``call_timeout_s``: a graded call's own
+    time, the worker's CPU time plus the time it chose to wait (asleep, blocked on a pipe it
+    does not read, waiting for a process it started), never the time it waited for a CPU that
+    other processes kept busy (see ``OwnTime``). ``start_timeout_s``: the same for starting a
+    worker and running the notebook's code. ``wall_factor``: the wall-clock backstop of each,
+    as a multiple of its own-time limit, for what own time cannot see. ``cpu_s``: the worker's
+    ``RLIMIT_CPU``, over its whole life.
+    """
 
     memory_mb: int = 3072
     cpu_s: int = 60
@@ -61,6 +73,7 @@ class Limits:
     nproc: int = 256
     call_timeout_s: float = 10.0
     start_timeout_s: float = 30.0
+    wall_factor: float = 5.0
     max_result_bytes: int = 64 * 1024 * 1024
 
 
@@ -93,8 +106,10 @@ class _ForkServer:
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env=_ENV, cwd="/", start_new_session=True)
         theirs.close()
-        ours.settimeout(120)
-        ours.send(json.dumps({"sys_path": _site_paths()}).encode())
+        ours.settimeout(300)  # importing torch, on a busy machine
+        # RESERVE_ENV reserves untouched address space in the server, as the CUDA build of torch
+        # does: how the tests check that the memory limit measures the submission only.
+        ours.send(json.dumps({"sys_path": _site_paths(), "reserve_mb": int(os.environ.get(RESERVE_ENV) or 0)}).encode())
         hello = json.loads(ours.recv(1 << 16))
         self.namespaces, self.root = hello["namespaces"], hello["root"]
 
@@ -114,6 +129,9 @@ _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME":
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # What workers of this process reported they could not do (shown with the isolation).
 _WEAKER: set[str] = set()
+# How the last worker's memory was limited (its own address space after the imports, the budget).
+_MEMORY: dict = {}
+RESERVE_ENV = "AUTOGRADER_RESERVE_MB"
 
 
 def fork_server() -> _ForkServer:
@@ -128,7 +146,7 @@ def fork_server() -> _ForkServer:
 def isolation() -> tuple[bool, bool, str]:
     """(namespaces, a user of its own per worker, description) of the isolation workers get here."""
     server = fork_server()
-    weaker = "".join(f"; {w}" for w in sorted(_WEAKER))
+    weaker = "".join(f"; {w}" for w in sorted(_WEAKER)) + _limits_text()
     if server.namespaces:
         who = "runs as a user of its own" if server.root else "runs without privileges in a user namespace"
         return True, server.root, (f"namespaces (no network, private IPC, read-only files, harness files hidden, "
@@ -137,6 +155,15 @@ def isolation() -> tuple[bool, bool, str]:
     drop = server.root and not _private_ancestors()
     return False, drop, ("process group and resource limits only (namespaces unavailable): network not blocked"
                          + ("; runs as a user of its own" if drop else "") + weaker)
+
+
+def _limits_text() -> str:
+    """How the last worker's memory and time were limited, for the results' sandbox line."""
+    if not _MEMORY:
+        return ""
+    return (f"; limits count the submission's own use: memory beyond the worker's {_MEMORY['own_mb']} MB of "
+            f"address space after importing torch (budget {_MEMORY['budget_mb']} MB), CPU and waiting time "
+            "per call (not time spent waiting for a busy CPU)")
 
 
 def _site_paths() -> list[str]:
@@ -199,7 +226,10 @@ def covered_paths(hide: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]
     submission, the results and everyone's metadata).
     """
     cover = dict(_private_ancestors())
-    for folder in [REPO_ROOT.resolve(), *(Path(p) for p in hide)]:
+    # An installed grader's "project folder" is site-packages: covering it would take torch's
+    # modules that load lazily away from the worker; its own packages are hidden (hidden_paths).
+    project = [] if _installed() else [REPO_ROOT.resolve()]
+    for folder in [*project, *(Path(p) for p in hide)]:
         if not any(Path(top) == folder or Path(top) in folder.parents for top in cover):
             cover[str(folder)] = _kept(folder)
     return cover
@@ -207,15 +237,26 @@ def covered_paths(hide: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]
 
 def hidden_paths(extra: list[str | os.PathLike]) -> list[str]:
     """Directories a worker must not see: the harness, the reference, tests, submissions, results."""
-    candidates = [REPO_ROOT / name for name in ("autograder", "tfm_solution", "tests", "solutions", "chapters")]
+    packages = [(REPO_ROOT / name).resolve() for name in ("autograder", "tfm_solution")]
+    candidates = packages + [REPO_ROOT / name for name in ("tests", "solutions", "chapters")]
     candidates += [Path(p) for p in extra] + [Path("/root"), Path("/home")]
     hide = []
     for path in candidates:
         path = path.resolve()
-        # A folder inside the interpreter cannot be hidden without hiding the interpreter.
-        if path.is_dir() and path != Path("/") and not any(k == path or k in path.parents for k in _prefixes()):
+        # A folder inside the interpreter cannot be hidden without hiding the interpreter; the
+        # grader's own packages, installed in site-packages, hold nothing else.
+        if path.is_dir() and path != Path("/") and (path in packages or not _inside_interpreter(path)):
             hide.append(str(path))
     return list(dict.fromkeys(hide))
+
+
+def _inside_interpreter(path: Path) -> bool:
+    return any(k == path or k in path.parents for k in _prefixes())
+
+
+def _installed() -> bool:
+    """Whether this grader runs from an installed package (``pip install .``), not from a checkout."""
+    return _inside_interpreter(REPO_ROOT.resolve())
 
 
 def _split(hide: list[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -223,6 +264,66 @@ def _split(hide: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     cover = covered_paths([h for h in hide if _kept(Path(h))])
     plain = [h for h in hide if not _kept(Path(h)) and h not in cover]
     return cover, plain
+
+
+POLL_S = 0.05  # how often a waiting harness looks at the worker's own time
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_and_state(pid: int) -> tuple[float, str] | None:
+    """(CPU seconds of all its threads, the scheduler's state letter) of process ``pid``, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS, fields[0]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class OwnTime:
+    """The time a worker's own code spent since this clock started, whatever the machine's load.
+
+    Its CPU time (``/proc/PID/stat``, every thread), plus the time it chose to wait: the spans
+    between two looks of a harness that found nothing to read or write, in which the worker used
+    no CPU and was not runnable (asleep, blocked on a pipe it does not read, waiting for a
+    process it started, stopped). Time spent runnable but waiting for a CPU that other processes
+    keep busy counts in neither. Where ``/proc`` cannot be read, it is the wall-clock time.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.start = pid, time.monotonic()
+        found = _cpu_and_state(pid) if pid > 0 else None
+        self.cpu0 = found[0] if found else None
+        self.idle, self.seconds = 0.0, 0.0
+        self.last: tuple[float, float] | None = None  # (when, CPU seconds) of the last look without progress
+
+    def progress(self) -> None:
+        """The worker read or wrote: whatever it did since the last look was not waiting by choice."""
+        self.last = None
+
+    def sample(self) -> float:
+        """The worker's own seconds so far (looking now)."""
+        now = time.monotonic()
+        found = _cpu_and_state(self.pid) if self.cpu0 is not None else None
+        if self.cpu0 is None:
+            self.seconds = now - self.start
+        elif found is not None:  # (None: the worker is gone, and its exit notice is on its way)
+            cpu, state = found
+            if self.last is not None and cpu == self.last[1] and state != "R":
+                self.idle += now - self.last[0]  # no CPU used, not runnable: it waited by its own doing
+            self.last = (now, cpu)
+            self.seconds = cpu - self.cpu0 + self.idle
+        return self.seconds
+
+
+@dataclass
+class _Budget:
+    """What one exchange with a worker may take: ``limit`` of its own seconds on ``clock``, and
+    the wall-clock backstop ``wall`` (a ``time.monotonic()`` deadline)."""
+
+    clock: OwnTime
+    limit: float
+    wall: float
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
@@ -254,6 +355,7 @@ class Worker:
 
     def __post_init__(self) -> None:
         isolate, own_user, _ = isolation()
+        self.spent = 0.0  # the worker's own seconds (see OwnTime), over its start and its calls
         self.pid = self.worker_pid = -1
         self.uid: int | None = None
         self.exit_code: int | None = None
@@ -294,11 +396,11 @@ class Worker:
                      buffers=[len(b) for b in self.buffers],
                      limits={"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
                              "file_mb": self.limits.file_mb, "nproc": self.limits.nproc})
+        budget = self._budget(self.limits.start_timeout_s)
         try:
-            start = self.limits.start_timeout_s
-            self._send(wire.encode_frame(frame, self.buffers), time.monotonic() + start, start)
+            self._send(wire.encode_frame(frame, self.buffers), budget)
             # First, before any student code ran: how the sandbox was closed (trusted, hence first).
-            status = self._receive(time.monotonic() + start, start, sandbox=True)[0]["sandbox"]
+            status = self._receive(budget, sandbox=True)[0]["sandbox"]
         except WorkerDied as died:
             raise SandboxFailed(f"the sandbox could not be closed (the worker {died.reason.removeprefix('worker ')}), "
                                 "so your code was not run") from None
@@ -307,11 +409,20 @@ class Worker:
             problems = "; ".join(str(p)[:300] for p in status.get("problems") or ["no report"])
             raise SandboxFailed(f"the sandbox could not be closed ({problems}), so your code was not run")
         _WEAKER.update(str(w)[:200] for w in status.get("weaker", []))
-        self.ready = self._receive(time.monotonic() + self.limits.start_timeout_s, self.limits.start_timeout_s)[0]
+        memory = status.get("memory")
+        if isinstance(memory, dict) and all(type(memory.get(k)) is int for k in ("own_mb", "budget_mb")):
+            _MEMORY.update(own_mb=memory["own_mb"], budget_mb=memory["budget_mb"])
+        try:
+            self.ready = self._receive(budget)[0]
+        finally:
+            self.spent += budget.clock.sample()
         try:
             _check_ready(self.ready)
         except _Malformed as exc:
             raise WorkerDied(self._death(f"sent a malformed reply ({exc})")) from None
+        if self.ready.get("grader_error") is not None:
+            raise SandboxFailed(f"the grader's own code failed to load in the worker "
+                                f"({str(self.ready['grader_error'])[:300]}), so your code was not run")
 
     def _drain(self) -> None:
         """Keep the first OUTPUT_CAP characters of the worker's output; discard the rest."""
@@ -327,30 +438,48 @@ class Worker:
         except OSError:
             pass  # closed by kill()
 
+    def _budget(self, limit: float) -> _Budget:
+        return _Budget(OwnTime(self.worker_pid), limit, time.monotonic() + self.limits.wall_factor * limit)
+
     def call(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[memoryview], float]:
-        """Send one graded call; (reply, buffers, wall seconds). Raises ``WorkerDied``."""
-        start = time.monotonic()
-        limit = self.limits.call_timeout_s
-        self._send(wire.encode_frame(dict(request, buffers=[len(b) for b in buffers]), buffers), start + limit, limit)
-        reply, out = self._receive(start + limit, limit)
+        """Send one graded call; (reply, buffers, the call's own seconds). Raises ``WorkerDied``."""
+        budget = self._budget(self.limits.call_timeout_s)
+        try:
+            self._send(wire.encode_frame(dict(request, buffers=[len(b) for b in buffers]), buffers), budget)
+            reply, out = self._receive(budget)
+        finally:
+            seconds = budget.clock.sample()
+            self.spent += seconds
         try:
             _check_reply(reply, out)
         except _Malformed as exc:
             raise WorkerDied(self._death(f"sent a malformed reply ({exc})")) from None
         if reply["id"] != request["id"]:
             raise WorkerDied(self._death("answered out of turn (a forged or stale reply)"))
-        return reply, out, time.monotonic() - start
+        return reply, out, seconds
 
-    def _send(self, data: bytes, deadline: float, timeout: float) -> None:
-        """Write all of ``data`` to the worker's request pipe before ``deadline`` (``timeout`` s from the start)."""
+    def _wait(self, poller: select.poll, budget: _Budget, waiting_for: str) -> bool:
+        """Wait a little for the pipe; ``False`` if it is not ready yet. Raises ``WorkerDied`` once the
+        worker's own time is over its budget, or the wall-clock backstop has passed."""
+        left = budget.wall - time.monotonic()
+        if left <= 0:
+            raise WorkerDied(self._death(f"timed out after {self.limits.wall_factor * budget.limit:g} s of "
+                                         f"wall-clock time{waiting_for}"))
+        if poller.poll(min(left, POLL_S) * 1000):
+            budget.clock.progress()
+            return True
+        if budget.clock.sample() > budget.limit:
+            raise WorkerDied(self._death(f"timed out after {budget.limit:g} s{waiting_for} (the worker's own "
+                                         "CPU and waiting time: time spent waiting for a busy CPU does not count)"))
+        return False
+
+    def _send(self, data: bytes, budget: _Budget) -> None:
+        """Write all of ``data`` to the worker's request pipe within ``budget``."""
         view = memoryview(data)
         poller = select.poll()
         poller.register(self._req_w, select.POLLOUT)
         while view:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerDied(self._death(f"timed out after {timeout:g} s (it stopped reading its input)"))
-            if not poller.poll(left * 1000):
+            if not self._wait(poller, budget, " (it stopped reading its input)"):
                 continue
             try:
                 view = view[os.write(self._req_w, view):]
@@ -359,33 +488,30 @@ class Worker:
             except OSError:
                 raise WorkerDied(self._death("died before answering")) from None
 
-    def _fill(self, buffer: memoryview, deadline: float, timeout: float) -> None:
-        """Read exactly ``len(buffer)`` bytes into ``buffer`` before ``deadline``."""
+    def _fill(self, buffer: memoryview, budget: _Budget) -> None:
+        """Read exactly ``len(buffer)`` bytes into ``buffer`` within ``budget``."""
         poller = select.poll()
         poller.register(self._resp_r, select.POLLIN)
         got = 0
         while got < len(buffer):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerDied(self._death(f"timed out after {timeout:g} s"))
-            if not poller.poll(left * 1000):
+            if not self._wait(poller, budget, ""):
                 continue
             n = os.readv(self._resp_r, [buffer[got:]])
             if n == 0:
                 raise WorkerDied(self._death("died before answering"))
             got += n
 
-    def _receive(self, deadline: float, timeout: float, sandbox: bool = False) -> tuple[dict, list[memoryview]]:
-        """One frame, by ``deadline`` (``timeout`` s from the start): its header validated before its
-        body is allocated. Any breach kills the worker."""
+    def _receive(self, budget: _Budget, sandbox: bool = False) -> tuple[dict, list[memoryview]]:
+        """One frame, within ``budget``: its header validated before its body is allocated. Any
+        breach kills the worker."""
         try:
             size = bytearray(wire._LEN.size)
-            self._fill(memoryview(size), deadline, timeout)
+            self._fill(memoryview(size), budget)
             (n,) = wire._LEN.unpack(size)
             if n > MAX_HEADER_BYTES:
                 raise _Malformed("header too large")
             raw = bytearray(n)
-            self._fill(memoryview(raw), deadline, timeout)
+            self._fill(memoryview(raw), budget)
             header = json.loads(raw)
             if not isinstance(header, dict):
                 raise _Malformed("header is not an object")
@@ -403,7 +529,7 @@ class Worker:
             if "value" in header:
                 _check_value(header["value"], sizes, set(), 0, [0])
             body = memoryview(bytearray(sum(sizes)))
-            self._fill(body, deadline, timeout)
+            self._fill(body, budget)
         except WorkerDied:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever a reply makes the parser raise, it is the worker's fault

@@ -296,16 +296,30 @@ def _verify_sandbox(setup: dict, isolated: bool) -> tuple[list[str], list[str]]:
     return problems, weaker
 
 
-def _set_limits(limits: dict) -> None:
+def own_address_space() -> int:
+    """Bytes of address space this process holds (``VmSize``): the interpreter, torch and whatever
+    its build maps or reserves (the CUDA build reserves gigabytes it never touches)."""
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _set_limits(limits: dict, own: int) -> dict:
+    """Set the resource limits; return how memory is limited (shown with the results).
+
+    The address-space limit is ``own`` (what the worker holds, measured before its sandbox is
+    closed, since /proc may be gone after) plus the exercise's budget: it counts what the
+    submission allocates, whatever the build of torch reserved while importing.
+    """
     import resource
 
     mb = 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] * mb,) * 2)
+    resource.setrlimit(resource.RLIMIT_AS, (own + limits["memory_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_s"], limits["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"],) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX message queue outlives the worker
+    return {"kind": "address space", "own_mb": own // mb, "budget_mb": limits["memory_mb"]}
 
 
 class _BlockImports:
@@ -321,7 +335,8 @@ class _BlockImports:
 
             return importlib.machinery.ModuleSpec(fullname, self)
         if top in self.blocked:
-            raise ImportError(f"`{fullname}` is not available while grading: write the exercise yourself")
+            raise ImportError(f"`{fullname}` is not available while grading: an answer may not import the "
+                              f"course's reference or its grader; write the exercise yourself")
         return None
 
     def create_module(self, spec):
@@ -614,23 +629,40 @@ def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
             exec(code, namespace)  # noqa: S102 - this process exists to run it
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: a cell cannot end the worker
             tb = traceback.format_exception_only(type(exc), exc)
-            errors.append(f"{chunk['label']}: {''.join(tb).strip()}"[:2000])
+            errors.append(f"{chunk['label']}{_failing_line(exc, chunk)}: {''.join(tb).strip()}"[:2000])
     return errors
+
+
+def _failing_line(exc: BaseException, chunk: dict) -> str:
+    """``", line N: `source`"``: the line of the chunk where ``exc`` was raised (the import that
+    failed, say), or "" when it was raised elsewhere only (a syntax error names its own line)."""
+    lineno = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == chunk["label"]:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    lines = chunk["source"].splitlines()
+    if lineno is None or not 0 < lineno <= len(lines) or isinstance(exc, SyntaxError):
+        return ""
+    return f", line {lineno}: `{lines[lineno - 1].strip()[:200]}`"
 
 
 def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     """One worker's life: close the sandbox, load the student's code, answer calls until killed."""
     setup, setup_buffers = read_frame(req_fd)
+    memory: dict = {}
     try:
+        own = own_address_space()
         weaker = _close_sandbox(setup, isolated)
         os.chdir(setup["cwd"])
-        _set_limits(setup["limits"])
+        memory = _set_limits(setup["limits"], own)
         problems, also_weaker = _verify_sandbox(setup, isolated)
     except Exception as exc:  # noqa: BLE001 - any failed step: say which, and run nothing
         problems, weaker, also_weaker = [f"{type(exc).__name__}: {exc}"[:500]], [], []
     # The first frame, written before any student code runs, so it cannot be forged.
     write_all(resp_fd, encode_frame({"sandbox": {"ok": not problems, "problems": problems,
-                                                 "weaker": weaker + also_weaker}}, []))
+                                                 "weaker": weaker + also_weaker, "memory": memory}}, []))
     if problems:
         return
 
@@ -639,8 +671,14 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     import torch  # already imported by the fork server: free here
 
     # Prerequisites: reference objects the harness chose to provide, built from bytecode only.
+    # No student code has run yet: a failure here is the grader's, and is reported as such.
     provided_ns: dict = {"__name__": "_provided"}
-    exec(marshal.loads(setup_buffers.pop()), provided_ns)  # noqa: S102 - the harness's bytecode, no source
+    try:
+        exec(marshal.loads(setup_buffers.pop()), provided_ns)  # noqa: S102 - the harness's bytecode, no source
+    except BaseException as exc:  # noqa: BLE001 - MemoryError included
+        write_all(resp_fd, encode_frame({"ready": True, "found": False, "errors": [],
+                                         "grader_error": f"{type(exc).__name__}: {exc}"[:500]}, []))
+        return
     provided_names = {n: provided_ns[n] for n in setup["provided_names"]}
     modules = {m: {n: provided_ns[n] for n in names} for m, names in setup["provided_modules"].items()}
     sys.meta_path.insert(0, _BlockImports(set(setup["blocked"]), modules))
@@ -774,6 +812,22 @@ def _spawn(libc, fds: list[int], isolate: bool, pid_w: int) -> None:
         os._exit(0)
 
 
+def _reserve(libc, megabytes: int) -> None:
+    """Reserve ``megabytes`` of address space that is never touched (``PROT_NONE``), as the CUDA
+    build of torch does on import: the tests' stand-in for that build. Kept for the server's life,
+    and every worker inherits it."""
+    if megabytes <= 0:
+        return
+    import ctypes
+
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    prot_none, map_private, map_anonymous, map_noreserve = 0, 0x02, 0x20, 0x4000
+    address = libc.mmap(None, megabytes << 20, prot_none, map_private | map_anonymous | map_noreserve, -1, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "reserving address space")
+
+
 def fork_server(ctl_fd: int) -> None:
     """Import torch once, then fork one sandboxed worker per request of the harness.
 
@@ -794,6 +848,7 @@ def fork_server(ctl_fd: int) -> None:
     # use_deterministic_algorithms: it imports the compiler stack, seconds for nothing on CPU.)
     torch.set_num_threads(1)
     libc = ctypes.CDLL(None, use_errno=True)
+    _reserve(libc, int(hello.get("reserve_mb", 0)))
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back here to be reaped
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     probe = os.fork()

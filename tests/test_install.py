@@ -1,5 +1,6 @@
-"""A student's install: `pip install .` alone runs every chapter, and on Colab each chapter's first
-cell installs the package from the one repository address in `_config.yml`."""
+"""A student's install: `pip install .` alone runs every chapter, `pip install ".[grade]"` lets the
+student grade their own notebook, and on Colab each chapter's first cell installs the package from
+the one repository address in `_config.yml`."""
 
 import json
 import os
@@ -193,3 +194,16 @@ def test_pip_install_alone_runs_every_chapter_with_its_widgets(tmp_path):
         (chapter,) = [p for p in CHAPTERS if p.name == report["notebook"]] or [None]
         if chapter is not None:
             assert report["widgets"] == _widget_cells(chapter), report
+
+    # A student's own check, as the README says: the `grade` extra on top, then the grader's command.
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-compile",
+          "-c", str(REPO / "requirements.lock"), f"{wheel}[grade]"])
+    # Chapter 9: its training exercise loads parts of torch lazily, which an installed grader must not hide.
+    solution = next(p for p in notebooks if p.parent.name == "09_training")
+    results = tmp_path / "results.json"
+    start = time.time()
+    _run([str(python), "-m", "autograder", "grade", str(solution), "--chapter", "09", "--results", str(results)],
+         cwd=tmp_path, env=env)
+    graded = json.loads(results.read_text())
+    print(f"grading chapter 9's solution with the installed grader: {time.time() - start:.1f} s")
+    assert graded["score"] == graded["extra_data"]["max_score"] == 12, [t["output"] for t in graded["tests"]]

@@ -108,9 +108,11 @@ class Exercise:
         reference: ``"module:attr"`` of the reference implementation in ``tfm_solution``.
         cases: ``(seed) -> list[Case]``, the exercise's graded cases (public ones on ``PUBLIC_SEED``).
         prerequisites: names the exercise may use, injected from ``tfm_solution`` when grading.
-        time_budget_s: wall seconds one graded call may take before it is reported as too slow
+        time_budget_s: seconds of the worker's own time (CPU and waiting, not the machine's load:
+            ``sandbox.OwnTime``) one graded call may take before it is reported as too slow
             (reported apart, never counted as wrong; a call is killed only at the worker's timeout).
-        memory_budget_mb: address-space limit of the grading worker.
+        memory_budget_mb: address space the submission may allocate beyond what the grading
+            worker holds after importing torch (``sandbox.Limits.memory_mb``).
         mistakes: the declared mistakes, by name, that the grader names when an output matches one.
         banned: library shortcuts reported by the policy check for this exercise.
         return_names: what the items of a returned tuple are called in the feedback.

@@ -1,0 +1,595 @@
+"""The Chinese course (``zh/``), generated from the English sources and their translations.
+
+Every piece of English prose the course shows has its Chinese in one sidecar file per page under
+``translations/zh/``, next to a hash of the English it was translated from::
+
+    <!-- cell fbc2e413 en=3f2a9c0d1e4b5a67 -->
+    # 1. 词嵌入
+    ...
+
+The pieces ("units") are: each markdown cell of a notebook (keyed by its cell id), each section
+of a Markdown page (keyed by its heading), each entry of the glossary, each caption of the table
+of contents, and the book's title and author. Code cells, outputs, widget state and nbgrader
+metadata are never copied into a sidecar: ``make chapters`` writes ``zh/`` from the English
+student notebooks (``chapters/``) and pages, replacing the prose only, so both languages share
+every line of code and every graded region by construction.
+
+A unit whose translation is missing, or whose English changed after it was translated (the hash
+differs), is a problem: ``make chapters`` and ``make chapters --check`` fail and name it. The one
+exception is a page listed under ``pending`` in ``translations/zh/site.yml``: its untranslated
+units are shown in English under a "译文待补" note, so the site builds while a page waits for its
+translation. The list is meant to be emptied.
+
+Commands for translators (``python scripts/translations.py ...``):
+
+- ``status``: per page, how many units are translated, stale or missing, and the termbase's findings;
+- ``todo PAGE``: print the missing and stale units of a page as sidecar blocks (English text,
+  marked ``en=new``), ready to be translated and pasted into the page's sidecar;
+- ``stamp PAGE [KEY ...]``: record the hash of the current English for the blocks marked
+  ``en=new`` (or for the named keys, after their translation was brought up to date);
+- ``build HTML_DIR``: build the Chinese site into ``HTML_DIR/zh`` (``make book`` does this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+LANGUAGE = "zh"
+SITE = "zh"  # the generated Chinese course, beside the English one
+TRANSLATIONS = Path("translations") / LANGUAGE
+SETTINGS = TRANSLATIONS / "site.yml"
+HASH_LENGTH = 16
+TODO = "python scripts/translations.py todo"
+#: The note that stands above an English unit shown on a pending page.
+PENDING_NOTE = "> **译文待补**：这一部分还没有译成中文，下面是英文原文。"
+#: The search dictionary of the Chinese site: the termbase's Chinese terms, so that search finds
+#: "层归一化" as one word instead of its pieces.
+SEARCH_DICTIONARY = "search_dictionary.txt"
+#: The link on every Chinese page to the same page of the English site, one folder up
+#: (``_config.yml`` holds the English site's link to this one).
+LANGUAGE_LINK = {"href": "../", "label": "English", "hreflang": "en"}
+#: Pages whose units are plain strings, not Markdown.
+PLAIN = ("_toc", "_config")
+_MARKER = re.compile(rf"^<!-- cell (?P<key>\S+) en=(?P<hash>[0-9a-f]{{{HASH_LENGTH}}}|new) -->$", re.M)
+_HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(?P<fence>`{3,}|:{3,})(?P<info>.*)$")
+
+
+def english_hash(text: str) -> str:
+    """The hash a translation records of the English it was made from."""
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def slug(text: str) -> str:
+    """``"Query, key, value (查询, 键, 值)"`` -> ``"query-key-value"``: a key made of the English words."""
+    english = re.sub(r"\(.*?\)", "", text).lower()
+    return re.sub(r"[^a-z0-9]+", "-", english).strip("-") or "untitled"
+
+
+# --------------------------------------------------------------------------------------------
+# Pages and their units
+
+
+@dataclass
+class Page:
+    """One page of the course as a list of parts: units to translate (``key`` set) and structure.
+
+    Joining the parts' texts with newlines gives the English page back exactly.
+    """
+
+    docname: str  # "intro", "chapters/01_embeddings/embeddings", or "_toc" / "_config"
+    parts: list[tuple[str | None, str]] = field(default_factory=list)
+
+    def units(self) -> dict[str, str]:
+        return {key: text for key, text in self.parts if key is not None}
+
+    def add(self, key: str | None, lines: list[str]) -> None:
+        """Append a part; a unit's blank edge lines become structure, so translations need not keep them."""
+        if key is None:
+            self.parts.append((None, "\n".join(lines)))
+            return
+        start, end = 0, len(lines)
+        while start < end and not lines[start].strip():
+            start += 1
+        while end > start and not lines[end - 1].strip():
+            end -= 1
+        if start:
+            self.parts.append((None, "\n".join(lines[:start])))
+        if start < end:
+            taken = {k for k, _ in self.parts}
+            unique, n = key, 2
+            while unique in taken:
+                unique, n = f"{key}-{n}", n + 1
+            self.parts.append((unique, "\n".join(lines[start:end])))
+        if end < len(lines):
+            self.parts.append((None, "\n".join(lines[end:])))
+
+
+def markdown_page(docname: str, text: str) -> Page:
+    """Split a Markdown page into sections (a heading and what follows it, up to the next heading)
+    and, inside a ``{glossary}`` directive, into one unit per entry; fences stay inside their section."""
+    page = Page(docname)
+    lines = text.split("\n")
+    key, chunk, fence, glossary = "top", [], None, False
+    for line in lines:
+        opened = _FENCE.match(line)
+        if fence is None and opened and opened["info"].strip().startswith("{glossary}"):
+            page.add(key, chunk)
+            page.add(None, [line])
+            key, chunk, fence, glossary = None, [], opened["fence"], True
+            continue
+        if glossary:
+            if opened and opened["fence"] == fence and not opened["info"].strip():
+                if key is not None:
+                    page.add(key, chunk)
+                page.add(None, [line])
+                key, chunk, fence, glossary = "after-glossary", [], None, False
+            elif line.strip() and not line[0].isspace():  # a term line starts an entry
+                if key is not None:
+                    page.add(key, chunk)
+                key, chunk = f"term-{slug(line)}", [line]
+            else:
+                chunk.append(line)
+            continue
+        if fence is None and opened:
+            fence = opened["fence"]
+        elif fence is not None and opened and opened["fence"] == fence and not opened["info"].strip():
+            fence = None
+        elif fence is None and _HEADING.match(line):
+            page.add(key, chunk)
+            key, chunk = slug(_HEADING.match(line)["title"]), []
+        chunk.append(line)
+    page.add(key, chunk)
+    return page
+
+
+def notebook_page(docname: str, nb: nbformat.NotebookNode) -> Page:
+    """A notebook's units: its markdown cells, keyed by cell id."""
+    page = Page(docname)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            page.parts.append((cell.id, cell.source))
+    return page
+
+
+def toc_page(toc: dict) -> Page:
+    """The table of contents' units: its part captions."""
+    page = Page("_toc")
+    for part in toc.get("parts", []):
+        page.parts.append((f"caption-{slug(part['caption'])}", part["caption"]))
+    return page
+
+
+def config_page(config: dict) -> Page:
+    """The book configuration's units: its title and author."""
+    page = Page("_config")
+    for key in ("title", "author"):
+        page.parts.append((key, config[key]))
+    return page
+
+
+def toc_docnames(toc: dict) -> list[str]:
+    """Every page of the table of contents, the root first."""
+    found = [toc["root"]]
+    for part in toc.get("parts", []):
+        found += [entry["file"] for entry in part["chapters"]]
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Sidecar files
+
+
+@dataclass(frozen=True)
+class Translation:
+    source_hash: str  # the hash of the English it translates, or "new" before `stamp`
+    text: str
+
+
+def sidecar_path(root: Path, docname: str) -> Path:
+    return root / TRANSLATIONS / f"{docname}.md"
+
+
+def parse_sidecar(text: str, where: str = "sidecar") -> dict[str, Translation]:
+    """Key -> translation; the text before the first marker is a comment for translators."""
+    found: dict[str, Translation] = {}
+    marks = list(_MARKER.finditer(text))
+    for mark, following in zip(marks, [*marks[1:], None]):
+        body = text[mark.end() : following.start() if following else len(text)]
+        if mark["key"] in found:
+            raise ValueError(f"{where}: cell {mark['key']} is translated twice")
+        found[mark["key"]] = Translation(mark["hash"], body.strip("\n"))
+    return found
+
+
+def read_sidecar(root: Path, docname: str) -> dict[str, Translation]:
+    path = sidecar_path(root, docname)
+    return parse_sidecar(path.read_text(), str(path.relative_to(root))) if path.is_file() else {}
+
+
+def sidecar_block(key: str, source_hash: str, text: str) -> str:
+    return f"<!-- cell {key} en={source_hash} -->\n{text}\n"
+
+
+def settings(root: Path) -> dict:
+    return yaml.safe_load((root / SETTINGS).read_text())
+
+
+# --------------------------------------------------------------------------------------------
+# Translating a page
+
+
+@dataclass
+class Outcome:
+    """What translating one page found."""
+
+    docname: str
+    translated: int = 0
+    pending: list[str] = field(default_factory=list)  # units shown in English (page listed as pending)
+    problems: list[str] = field(default_factory=list)
+
+
+def translate_units(page: Page, translations: dict[str, Translation], is_pending: bool) -> tuple[dict[str, str], Outcome]:
+    """Key -> the text the Chinese page shows for each unit, and what was found on the way."""
+    outcome = Outcome(page.docname)
+    shown: dict[str, str] = {}
+    units = page.units()
+    sidecar = (TRANSLATIONS / f"{page.docname}.md").as_posix()
+    for key, english in units.items():
+        done = translations.get(key)
+        if done is not None and done.source_hash == english_hash(english):
+            shown[key] = done.text
+            outcome.translated += 1
+            continue
+        # The toc's captions and the config's title are plain strings: no Markdown note there.
+        shown[key] = english if page.docname in PLAIN else with_pending_note(english, key)
+        first_line = next((line for line in english.splitlines() if line.strip()), "")[:70]
+        why = "no translation" if done is None else (
+            "translated but never stamped" if done.source_hash == "new" else "the English changed since it was translated")
+        if is_pending:
+            outcome.pending.append(key)
+        else:
+            outcome.problems.append(f"{sidecar}: cell {key}: {why} ({first_line!r}); `{TODO} {page.docname}` lists what to translate")
+    for key in sorted(set(translations) - set(units)):
+        outcome.problems.append(f"{sidecar}: cell {key}: translated, but the English page has no such cell")
+    return shown, outcome
+
+
+def with_pending_note(english: str, key: str = "") -> str:
+    """The English unit under the "translation pending" note: after its heading if it starts with
+    one, inside the definition if it is a glossary entry (the term line must come first)."""
+    lines = english.split("\n")
+    if key.startswith("term-"):
+        return "\n".join([lines[0], f"  {PENDING_NOTE.lstrip('> ')}", "", *lines[1:]])
+    if _HEADING.match(lines[0]):
+        return "\n".join([lines[0], "", PENDING_NOTE, *lines[1:]])
+    return f"{PENDING_NOTE}\n\n{english}"
+
+
+def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str]) -> nbformat.NotebookNode:
+    """The notebook with each markdown cell's source replaced; every other byte is the English one's."""
+    from nbgrader.utils import compute_checksum
+
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if cell.cell_type != "markdown":
+            continue
+        cell.source = shown[cell.id]
+        # A read-only (locked) markdown cell carries nbgrader's checksum of its source.
+        if "checksum" in cell.metadata.get("nbgrader", {}):
+            cell.metadata.nbgrader.checksum = compute_checksum(cell)
+    out.metadata["course"] = {"language": LANGUAGE}
+    return out
+
+
+def translate_text(page: Page, shown: dict[str, str]) -> str:
+    return "\n".join(shown[key] if key is not None else text for key, text in page.parts)
+
+
+# --------------------------------------------------------------------------------------------
+# The termbase: the glossary
+
+
+@dataclass(frozen=True)
+class Term:
+    english: str  # as the glossary writes it, e.g. "Layer normalization"
+    chinese: str  # the notes' form, e.g. "层归一化"
+
+
+def termbase(glossary_md: str) -> list[Term]:
+    """The English terms of the glossary with their Chinese forms, from its term lines
+    (``Layer normalization (层归一化)``; ``Query, key, value (查询, 键, 值)`` pairs them in order)."""
+    terms = []
+    for key, text in markdown_page("glossary", glossary_md).units().items():
+        if not key.startswith("term-"):
+            continue
+        line = text.split("\n", 1)[0]
+        found = re.fullmatch(r"(?P<en>[^(]+?)\s*\((?P<zh>[^)]*[\u4e00-\u9fff][^)]*)\)", line.strip())
+        if not found:
+            continue
+        names, forms = [n.strip() for n in found["en"].split(",")], [f.strip() for f in found["zh"].split(",")]
+        pairs = zip(names, forms) if len(names) == len(forms) else [(names[0], forms[0])]
+        terms += [Term(en, zh) for en, zh in pairs]
+    return terms
+
+
+def other_renderings(zh_glossary_md: str) -> dict[str, list[str]]:
+    """Glossary entry key -> the renderings other Chinese texts use that this course does not
+    (the entry's line ``其他资料中的译名：层规范化（《动手学深度学习》）、层标准化``)."""
+    found = {}
+    for key, text in markdown_page("glossary", zh_glossary_md).units().items():
+        line = re.search(r"其他资料中的译名：(.+)", text)
+        if line:
+            found[key] = [re.sub(r"（.*?）", "", item).strip() for item in line[1].split("、")]
+    return found
+
+
+def prose(text: str) -> str:
+    """The words of a Markdown unit: code, math, link targets and HTML tags removed."""
+    text = re.sub(r"^\s*(`{3,}|:{3,}).*?^\s*\1\s*$", " ", text, flags=re.M | re.S)
+    text = re.sub(r"\$\$.*?\$\$|\$[^$\n]+\$|`[^`\n]+`", " ", text, flags=re.S)
+    text = re.sub(r"\]\([^)]*\)|<[^>]+>", " ", text)
+    return text
+
+
+def _english_pattern(name: str) -> re.Pattern:
+    words = [re.escape(w) for w in re.split(r"[\s-]+", name.lower())]
+    last = words[-1]
+    plural = rf"(?:{last}|{last}s|{last}es{'|' + last[:-1] + 'ies' if last.endswith('y') else ''})"
+    return re.compile(r"(?<![\w-])" + r"[\s-]+".join([*words[:-1], plural]) + r"(?![\w-])", re.I)
+
+
+def term_problems(english: str, chinese: str, terms: list[Term], where: str) -> list[str]:
+    """A translated unit must use the glossary's Chinese form of every glossary term its English uses
+    (the longest term first: "padding mask" is not also "mask"), and keep every Chinese phrase
+    the English quotes (the notes' own wording)."""
+    problems = []
+    en, zh = prose(english), prose(chinese)
+    for term in sorted(terms, key=lambda t: -len(t.english)):
+        pattern = _english_pattern(term.english)
+        if pattern.search(en):
+            en = pattern.sub(" ", en)
+            acronym = re.fullmatch(r"[A-Z0-9-]+", term.english) and term.english in zh
+            if term.chinese not in zh and not acronym:
+                problems.append(f"{where}: the English says {term.english!r}, the Chinese lacks {term.chinese!r}")
+    for quote in sorted(set(re.findall(r"[\u4e00-\u9fff]+", english))):
+        if quote not in chinese:
+            problems.append(f"{where}: the English quotes {quote!r}, the Chinese does not")
+    return problems
+
+
+def rendering_problems(chinese: str, english: str, avoided: dict[str, list[str]], terms: list[Term], where: str) -> list[str]:
+    """A rendering the glossary lists as other texts' (not this course's) must not appear, unless
+    the English quotes it too (a quotation of the notes keeps their words)."""
+    text = prose(chinese)
+    for form in sorted({t.chinese for t in terms}, key=len, reverse=True):
+        text = text.replace(form, " ")  # "束搜索" inside "集束搜索" is the course's own term
+    return [
+        f"{where}: uses {variant!r}, which the glossary lists as another text's rendering"
+        for variants in avoided.values() for variant in variants if variant in text and variant not in english
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Generation of zh/
+
+
+def _pages(root: Path, release_root: Path, only: str | None) -> list[tuple[Page, object]]:
+    """Every page of the English book with what it is built from (a notebook, the Markdown text,
+    the toc or the config dict); the notebooks under chapters/ come from ``release_root``."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    pages: list[tuple[Page, object]] = [(toc_page(toc), toc), (config_page(config), config)]
+    for docname in toc_docnames(toc):
+        if only is not None and docname.startswith("chapters/") and docname.split("/")[1] != only:
+            continue
+        base = release_root if docname.startswith("chapters/") else root
+        if (base / f"{docname}.ipynb").is_file():
+            nb = nbformat.read(base / f"{docname}.ipynb", as_version=4)
+            pages.append((notebook_page(docname, nb), nb))
+        else:
+            text = (root / f"{docname}.md").read_text()
+            pages.append((markdown_page(docname, text), text))
+    return pages
+
+
+def zh_config(config: dict, shown: dict[str, str]) -> dict:
+    """The Chinese site's _config.yml: the English one, in Chinese, one folder down."""
+    out = copy.deepcopy(config)
+    out.update(title=shown["title"], author=shown["author"])
+    out["repository"] = {**config.get("repository", {}), "path_to_book": SITE}
+    sphinx = out.setdefault("sphinx", {})
+    sphinx["local_extensions"] = {name: f"../{path}" for name, path in sphinx.get("local_extensions", {}).items()}
+    sphinx.setdefault("config", {}).update(
+        language="zh_CN",
+        html_search_options={"dict": SEARCH_DICTIONARY},
+        language_links=LANGUAGE_LINK,
+    )
+    return out
+
+
+def zh_toc(toc: dict, shown: dict[str, str]) -> dict:
+    out = copy.deepcopy(toc)
+    for part in out.get("parts", []):
+        part["caption"] = shown[f"caption-{slug(part['caption'])}"]
+    return out
+
+
+GENERATED = "# Generated by `make chapters` from the English {name} and translations/zh/: do not edit.\n"
+
+
+def generate(root: Path, out: Path, release_root: Path | None = None, only: str | None = None) -> list[str]:
+    """Write the Chinese course into ``out/zh`` and return the problems found (stale or missing
+    translations outside pending pages, translations of cells that no longer exist).
+
+    Untranslated units are written in English under the pending note in any case, so the tree is
+    always complete; the problems are what makes ``make chapters`` and ``--check`` fail.
+    """
+    release_root = release_root or root
+    pending = set(settings(root).get("pending") or [])
+    site = out / SITE
+    problems: list[str] = []
+    pages = _pages(root, release_root, only)
+    known = {page.docname for page, _ in pages}
+    problems += [f"{SETTINGS}: pending page {name!r} is not in _toc.yml" for name in sorted(pending - known) if only is None]
+    if only is None:
+        shutil.rmtree(site, ignore_errors=True)
+    for page, source in pages:
+        shown, outcome = translate_units(page, read_sidecar(root, page.docname), page.docname in pending)
+        problems += outcome.problems
+        if page.docname in pending and not outcome.pending and not outcome.problems:
+            problems.append(f"{SETTINGS}: {page.docname!r} is fully translated: take it off the pending list")
+        target = site / page.docname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if page.docname == "_toc":
+            target.with_suffix(".yml").write_text(GENERATED.format(name="_toc.yml") + _dump(zh_toc(source, shown)))
+        elif page.docname == "_config":
+            target.with_suffix(".yml").write_text(GENERATED.format(name="_config.yml") + _dump(zh_config(source, shown)))
+        elif isinstance(source, nbformat.NotebookNode):
+            target.with_suffix(".ipynb").write_text(nbformat.writes(translate_notebook(source, shown)) + "\n")
+        else:
+            target.with_suffix(".md").write_text(translate_text(page, shown))
+    glossary = (root / "glossary.md").read_text()
+    words = sorted({t.chinese for t in termbase(glossary) if " " not in t.chinese})
+    (site / SEARCH_DICTIONARY).write_text("".join(f"{w}\n" for w in words))
+    figures = root / "figures"
+    if figures.is_dir():
+        shutil.copytree(figures, site / "figures", dirs_exist_ok=True)
+    return problems
+
+
+def _dump(data: dict) -> str:
+    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=100)
+
+
+# --------------------------------------------------------------------------------------------
+# Building the Chinese site
+
+
+def build_site(html: Path, root: Path = REPO, fresh: bool = False) -> str:
+    """Build ``zh/`` with Jupyter Book and place it at ``html/zh``; return the build log.
+
+    Raises when the build fails or warns (the English build's ``-W`` rule).
+    """
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COV_CORE", "PYTEST_"))}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    work = root / "_build" / SITE
+    cmd = [str(bin_dir / "jupyter-book"), "build", str(root / SITE), "--path-output", str(work), "-W", "--keep-going"]
+    done = subprocess.run([*cmd, *(["--all"] if fresh else [])], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    log = done.stdout + done.stderr
+    if done.returncode != 0 or "WARNING" in log:
+        raise RuntimeError(f"the Chinese site did not build cleanly:\n{log[-5000:]}")
+    shutil.rmtree(html / SITE, ignore_errors=True)
+    shutil.copytree(work / "_build" / "html", html / SITE)
+    return log
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+
+
+def status(root: Path) -> int:
+    """Print, per page, how much is translated and every problem; return 1 if there is any."""
+    pending = set(settings(root).get("pending") or [])
+    terms = termbase((root / "glossary.md").read_text())
+    avoided = other_renderings(translate_text(*_glossary_shown(root)))
+    findings = 0
+    for page, _ in _pages(root, root, None):
+        translations = read_sidecar(root, page.docname)
+        _, outcome = translate_units(page, translations, page.docname in pending)
+        units = page.units()
+        print(f"{page.docname}: {outcome.translated}/{len(units)} translated" + (" (pending)" if page.docname in pending else ""))
+        lines = list(outcome.problems)
+        for key, english in units.items():
+            done = translations.get(key)
+            if done is not None and done.source_hash == english_hash(english):
+                where = f"{page.docname}: cell {key}"
+                lines += term_problems(english, done.text, terms, where)
+                if page.docname != "glossary":
+                    lines += rendering_problems(done.text, english, avoided, terms, where)
+        for line in lines:
+            print(f"  {line}")
+        findings += len(lines)
+    return 1 if findings else 0
+
+
+def _glossary_shown(root: Path) -> tuple[Page, dict[str, str]]:
+    page = markdown_page("glossary", (root / "glossary.md").read_text())
+    shown, _ = translate_units(page, read_sidecar(root, "glossary"), True)
+    return page, shown
+
+
+def todo(root: Path, docname: str) -> int:
+    """Print the units of a page that need a translation, as sidecar blocks to fill in."""
+    translations = read_sidecar(root, docname)
+    pages = {page.docname: page for page, _ in _pages(root, root, None)}
+    if docname not in pages:
+        print(f"no page {docname!r} in _toc.yml", file=sys.stderr)
+        return 1
+    for key, english in pages[docname].units().items():
+        done = translations.get(key)
+        if done is None or done.source_hash != english_hash(english):
+            print(sidecar_block(key, "new", english))
+    return 0
+
+
+def stamp(root: Path, docname: str, keys: list[str]) -> int:
+    """Record the current English hash in the blocks marked ``new`` and in the named blocks."""
+    path = sidecar_path(root, docname)
+    pages = {page.docname: page for page, _ in _pages(root, root, None)}
+    units = pages[docname].units()
+    unknown = [k for k in [*keys, *read_sidecar(root, docname)] if k not in units]
+    if unknown:
+        print(f"{path}: no English cell {', '.join(unknown)}", file=sys.stderr)
+        return 1
+
+    def restamp(mark: re.Match) -> str:
+        if mark["hash"] == "new" or mark["key"] in keys:
+            return f"<!-- cell {mark['key']} en={english_hash(units[mark['key']])} -->"
+        return mark[0]
+
+    path.write_text(_MARKER.sub(restamp, path.read_text()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=REPO)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("status", help="translated, stale and missing units per page, and termbase findings")
+    todo_cmd = commands.add_parser("todo", help="print a page's untranslated units as sidecar blocks")
+    todo_cmd.add_argument("page", help="a docname of _toc.yml, or _toc / _config")
+    stamp_cmd = commands.add_parser("stamp", help="record the English hash of new (or named) blocks")
+    stamp_cmd.add_argument("page")
+    stamp_cmd.add_argument("keys", nargs="*")
+    build_cmd = commands.add_parser("build", help="build the Chinese site into HTML_DIR/zh")
+    build_cmd.add_argument("html", type=Path)
+    build_cmd.add_argument("--all", action="store_true", help="rebuild every page")
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    if args.command == "status":
+        return status(root)
+    if args.command == "todo":
+        return todo(root, args.page)
+    if args.command == "stamp":
+        return stamp(root, args.page, args.keys)
+    print(build_site(args.html.resolve(), root, fresh=args.all)[-2000:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
