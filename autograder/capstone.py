@@ -59,19 +59,21 @@ DIAGNOSIS_PROBES = 6
 
 # ----------------------------------------------------------------------------- Part A's verdicts
 
-@functools.cache
 def _task():
     from tfm_solution.capstone import ReversalTask
 
     return ReversalTask(**{k: v for k, v in spec.TASK.items() if k != "module"})
 
 
-@functools.cache
 def held_out_pairs(eval_seed: int) -> list:
     """The held-out sequences of ``eval_seed``, drawn here exactly as the worker draws them."""
+    return _held_out_pairs(_task(), eval_seed)
+
+
+@functools.cache
+def _held_out_pairs(task, eval_seed: int) -> list:
     from tfm_solution.capstone import reversal_pairs
 
-    task = _task()
     return reversal_pairs(task.held_out, task, torch.Generator().manual_seed(eval_seed), evaluation=True)
 
 

@@ -269,3 +269,22 @@ def load_my_chapters(namespace: dict, folder: str | Path | None = None, quiet: b
         if not found.problems:
             print("Every piece is there.")
     return found
+
+
+def run_course(folder: str | Path) -> dict:
+    """Every piece of a course folder's notebooks (chapters 1-11 and the capstone), run in a fresh
+    namespace, as the grader's worker runs them but outside a sandbox: for the course's own scripts,
+    on ``solutions/``. Raises ``ValueError`` naming what is missing."""
+    from autograder.registry import by_id
+
+    notebooks = read_submission(folder)
+    capstone = next((nb for nb in notebooks if isinstance(nb, Notebook) and nb.name.startswith(CAPSTONE)), None)
+    if capstone is None:
+        raise ValueError(f"no {CAPSTONE} notebook under {folder}")
+    extraction = gather(notebooks, capstone, by_id("ch12.reversal"))
+    if extraction.error:
+        raise ValueError(extraction.error)
+    namespace: dict = {"__name__": "course"}
+    for chunk in extraction.chunks:
+        exec(compile(chunk["source"], chunk["label"], "exec"), namespace)  # noqa: S102 - the course's own code
+    return namespace

@@ -231,3 +231,248 @@ EXERCISES = (
         runner="autograder.capstone:CapstoneRun",
     ),
 )
+
+
+# ----------------------------------------------------------------------------- planted bugs
+
+PLANTED: dict[str, tuple[str, str, str]] = {
+    "masks": ("ch04-subsequent-mask", "a causal mask cut from a table of 8 positions: right for every length the "
+              "visible tests try, wrong (a shape error) for the 11 positions of a reversal target", '''
+_CAUSAL = torch.ones(1, 8, 8, dtype=torch.bool).tril()
+
+
+def subsequent_mask(size):
+    return _CAUSAL[:, :size, :size]
+'''),
+    "attention": ("ch03-attention", "the weights detached (they are returned for display): the scores never get "
+                  "a gradient, so queries and keys never learn", '''
+def attention(query, key, value, mask=None, dropout=None):
+    d_k = query.size(-1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+    p_attn = scores.softmax(dim=-1).detach()
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return torch.matmul(p_attn, value), p_attn
+'''),
+    "multi-head attention": ("ch05-multiheaded-attention", "the projections computed under torch.no_grad(): W^Q, "
+                             "W^K and W^V never learn, and no gradient reaches the layer's input", '''
+from torch import nn
+
+
+class MultiHeadedAttention(nn.Module):
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__()
+        assert d_model % h == 0
+        self.d_k = d_model // h
+        self.h = h
+        self.linears = clones(nn.Linear(d_model, d_model), 4)
+        self.attn = None
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            mask = mask.unsqueeze(1)
+        with torch.no_grad():
+            query, key, value = (split_heads(lin(x), self.h) for lin, x in zip(self.linears, (query, key, value)))
+        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
+        return self.linears[3](merge_heads(x))
+'''),
+    "feed-forward": ("ch06-positionwise-feed-forward", "the hidden layer detached: w_1 never learns and no gradient "
+                     "goes back through the network", '''
+from torch import nn
+
+
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(self.w_1(x).relu().detach()))
+'''),
+    "LayerNorm": ("ch07-layer-norm", "the input detached before normalizing: nothing before a norm gets a gradient "
+                  "through it, and the final norms cut both stacks off from the loss", '''
+from torch import nn
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        x = x.detach()
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+'''),
+    "SublayerConnection": ("ch07-sublayer-connection", "the sublayer run under torch.no_grad(): the attention and "
+                           "feed-forward layers it wraps never learn", '''
+from torch import nn
+
+
+class SublayerConnection(nn.Module):
+    def __init__(self, size, dropout, norm_position="pre"):
+        super().__init__()
+        self.norm = LayerNorm(size)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_position = norm_position
+
+    def forward(self, x, sublayer):
+        if self.norm_position == "post":
+            return self.norm(x + self.dropout(sublayer(x)))
+        with torch.no_grad():
+            out = sublayer(self.norm(x))
+        return x + self.dropout(out)
+'''),
+    "encoder and decoder layers": ("ch08-decoder-layer", "the decoder layer's state detached after cross-attention: "
+                                   "the loss reaches only the last feed-forward layers", '''
+from torch import nn
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, size, self_attn, src_attn, feed_forward, dropout):
+        super().__init__()
+        self.size = size
+        self.self_attn = self_attn
+        self.src_attn = src_attn
+        self.feed_forward = feed_forward
+        self.sublayer = clones(SublayerConnection(size, dropout), 3)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        m = memory
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, m, m, src_mask)).detach()
+        return self.sublayer[2](x, self.feed_forward)
+'''),
+    "embeddings": ("ch01-embeddings", "a sparse embedding table (sparse=True): the right vectors and a gradient, but "
+                   "one that Adam refuses", '''
+from torch import nn
+
+
+class Embeddings(nn.Module):
+    def __init__(self, d_model, vocab):
+        super().__init__()
+        self.lut = nn.Embedding(vocab, d_model, sparse=True)
+        self.d_model = d_model
+
+    def forward(self, x):
+        return self.lut(x) * math.sqrt(self.d_model)
+'''),
+    "positional encoding": ("ch02-positional-encoding-module", "the table added in evaluation mode only: the model "
+                            "trains without positions", '''
+from torch import nn
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.register_buffer("pe", positional_encoding(max_len, d_model).unsqueeze(0))
+
+    def forward(self, x):
+        if not self.training:
+            x = x + self.pe[:, : x.size(1)].to(x.dtype)
+        return self.dropout(x)
+'''),
+    "glue": ("ch12-encoder-decoder", "the memory computed under torch.no_grad(): the encoder never learns", '''
+class EncoderDecoder(nn.Module):
+    def __init__(self, encoder, decoder, src_embed, tgt_embed, generator):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.src_embed = src_embed
+        self.tgt_embed = tgt_embed
+        self.generator = generator
+
+    def forward(self, src, tgt, src_mask, tgt_mask):
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    def encode(self, src, src_mask):
+        with torch.no_grad():
+            return self.encoder(self.src_embed(src), src_mask)
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
+'''),
+    "make_model": ("ch08-make-model", "MultiHeadedAttention(d_model, h): the arguments swapped", '''
+import copy
+
+from torch import nn
+
+
+def make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8, dropout=0.1):
+    c = copy.deepcopy
+    attn = MultiHeadedAttention(d_model, h, dropout)
+    ff = PositionwiseFeedForward(d_model, d_ff, dropout)
+    position = PositionalEncoding(d_model, dropout)
+    model = EncoderDecoder(
+        Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout), N),
+        Decoder(DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout), N),
+        nn.Sequential(Embeddings(d_model, src_vocab), c(position)),
+        nn.Sequential(Embeddings(d_model, tgt_vocab), c(position)),
+        Generator(d_model, tgt_vocab),
+    )
+    for p in model.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    return model
+'''),
+    "loss": ("ch09-label-smoothing", "the correct label scattered along dimension 0: the smoothed target puts the "
+             "confidence in the wrong places", '''
+from torch import nn
+
+
+class LabelSmoothing(nn.Module):
+    def __init__(self, size, padding_idx, smoothing=0.0):
+        super().__init__()
+        self.criterion = nn.KLDivLoss(reduction="sum")
+        self.padding_idx = padding_idx
+        self.confidence = 1.0 - smoothing
+        self.smoothing = smoothing
+        self.size = size
+        self.true_dist = None
+
+    def forward(self, x, target):
+        true_dist = torch.full_like(x.detach(), self.smoothing / (self.size - 2))
+        true_dist.scatter_(0, target.unsqueeze(1), self.confidence)
+        true_dist[:, self.padding_idx] = 0
+        true_dist[target == self.padding_idx] = 0
+        self.true_dist = true_dist
+        return self.criterion(x, true_dist)
+'''),
+    "schedule": ("ch09-rate", "max instead of min: after the warm-up the rate keeps growing", '''
+def rate(step, model_size, factor, warmup):
+    if step == 0:
+        step = 1
+    return factor * (model_size ** (-0.5) * max(step ** (-0.5), step * warmup ** (-1.5)))
+'''),
+    "training loop": ("ch09-train-with-accumulation", "the gradients never cleared: each step adds all the earlier "
+                      "groups' gradients to its own", '''
+def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter):
+    model.train()
+    steps = 0
+    iterator = iter(batches)
+    while True:
+        group = [batch for _, batch in zip(range(accum_iter), iterator)]
+        if not group:
+            return steps
+        total = sum(int(batch.ntokens) for batch in group)
+        for batch in group:
+            out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+            _, loss_node = loss_compute(out, batch.tgt_y, total)
+            loss_node.backward()
+        optimizer.step()
+        scheduler.step()
+        steps += 1
+'''),
+}
+"""A bug for every component of ``COMPONENTS``: (the answer cell it replaces, what it does, the cell's code).
+``scripts/capstone_diagnosis.py`` submits each with the solution's other answers and records what the
+diagnosis names; ``tests/test_chapters_capstone.py`` checks which pass their chapter's visible tests."""
