@@ -46,14 +46,16 @@ from autograder.registry import REGISTRY, Exercise, by_chapter  # noqa: E402
 from scripts import translations  # noqa: E402
 
 SOLUTIONS, CHAPTERS, FIGURES = "solutions", "chapters", "figures"
+SOLUTION_ONLY = "my_model"  # a solution's trained weights (chapter 12, Part B): graded, never released
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def hidden_test_source(exercise: Exercise) -> str:
     """The one graded test cell of an exercise, as the grader contract fixes it."""
+    what = exercise.signature if exercise.runner else f"`{exercise.name}` on fresh random inputs against the reference"
     return (
-        f"# Hidden tests: the grader checks `{exercise.name}` on fresh random inputs against the reference.\n"
+        f"# Hidden tests: the grader checks {what}.\n"
         "### BEGIN HIDDEN TESTS\n"
         "from autograder.hook import grade_in_notebook\n"
         f'grade_in_notebook("{exercise.id}", globals())\n'
@@ -96,10 +98,12 @@ def apply_registry(nb: nbformat.NotebookNode, chapter: str, notebook: str) -> li
 
 
 def execute(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
-    """Run every cell except the graded ones; return the notebook with outputs and widget state."""
+    """Run every cell except the graded ones and those tagged ``skip-execution`` (a long training a
+    student starts by hand); return the notebook with outputs and widget state."""
     runnable = copy.deepcopy(nb)
     for cell in runnable.cells:
-        if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
+        if cell.cell_type == "code" and (nbgrader_meta(cell).get("grade")
+                                         or "skip-execution" in cell.metadata.get("tags", [])):
             cell.source = ""
     NotebookClient(
         runnable, timeout=600, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(workdir)}}
@@ -243,7 +247,8 @@ def generate(root: Path, out: Path, *, run: bool, only: str | None = None) -> li
         (out / CHAPTERS).mkdir(parents=True, exist_ok=True)
         for folder in sorted(release_root.iterdir()):
             shutil.rmtree(out / CHAPTERS / folder.name, ignore_errors=True)
-            shutil.copytree(folder, out / CHAPTERS / folder.name)
+            # Trained weights of a solution (chapter 12's) are graded, never released.
+            shutil.copytree(folder, out / CHAPTERS / folder.name, ignore=shutil.ignore_patterns(SOLUTION_ONLY))
     draw_figures(out / FIGURES)
     (out / "README.md").write_text(with_exercise_table((root / "README.md").read_text()))
     # The Chinese course (zh/) from the student notebooks just released and translations/zh/: a
