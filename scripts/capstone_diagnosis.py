@@ -7,7 +7,7 @@ For each planted bug: does it pass its own chapter's visible tests (run here aga
 with the rest of that chapter's solution), and what does Part A's grader make of the solution's
 notebooks with that one answer replaced: the score, the exact match, the component the diagnosis
 names, how many extra training runs it took. Writes ``tfm_solution/assets/capstone_diagnosis.json``
-(the whole table; a run on some bugs only prints).
+(the table of the bugs it ran, and the command that ran them).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -125,9 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     for component in chosen:
         rows.append(diagnose(component))
         print(json.dumps(rows[-1]), flush=True)
-    if len(rows) == len(PLANTED):
-        OUT.write_text(json.dumps({"command": "python scripts/capstone_diagnosis.py", "task": TASK, "bugs": rows},
-                                  indent=1) + "\n")
+    command = shlex.join(["python", "scripts/capstone_diagnosis.py", *(argv if argv is not None else sys.argv[1:])])
+    OUT.write_text(json.dumps({"command": command, "task": TASK, "bugs": rows}, indent=1) + "\n")
     return 0
 
 
