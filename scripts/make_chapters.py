@@ -98,12 +98,10 @@ def apply_registry(nb: nbformat.NotebookNode, chapter: str, notebook: str) -> li
 
 
 def execute(nb: nbformat.NotebookNode, workdir: Path) -> nbformat.NotebookNode:
-    """Run every cell except the graded ones and those tagged ``skip-execution`` (a long training a
-    student starts by hand); return the notebook with outputs and widget state."""
+    """Run every cell except the graded ones; return the notebook with outputs and widget state."""
     runnable = copy.deepcopy(nb)
     for cell in runnable.cells:
-        if cell.cell_type == "code" and (nbgrader_meta(cell).get("grade")
-                                         or "skip-execution" in cell.metadata.get("tags", [])):
+        if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
             cell.source = ""
     NotebookClient(
         runnable, timeout=600, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(workdir)}}
