@@ -258,7 +258,7 @@ def load_my_chapters(namespace: dict, folder: str | Path | None = None, quiet: b
             errors.append(f"{chunk['label']}: {type(exc).__name__}: {exc}")
     found.problems += errors
     if not quiet:
-        print(f"Your code, from {root}:")
+        print(f"Your code, from the chapter folders in {root.name}/:")
         for piece in PIECES:
             if piece.required:
                 print(f"  {piece.name:24s} {found.sources.get(piece.name, 'MISSING')}")
