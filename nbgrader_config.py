@@ -28,6 +28,8 @@ from sqlalchemy.exc import SAWarning  # noqa: E402
 from autograder.nbgrader_plugin import autograde_preprocessors, sanitize_preprocessors  # noqa: E402
 
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
+# Chapter 12's trained weights are the student's: autograde must not replace them by the solution's.
+c.Autograde.exclude_overwriting = {"12_capstone": ["my_model/model.safetensors"]}
 c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
 
 # nbgrader 0.9's gradebook adds submissions through backrefs that SQLAlchemy 2 no longer

@@ -328,7 +328,7 @@ class ExerciseRun:
     def __init__(self, nb: Notebook, exercise: Exercise, *, seed: int | None, public_only: bool,
                  limits: Limits, hide: list[str]) -> None:
         self.exercise, self.hide = exercise, hide
-        self.extraction = extract(nb, exercise)
+        self.extraction = self.extract(nb)
         self.seed = default_seed(exercise, self.extraction) if seed is None else seed
         all_cases = graded_cases(exercise, self.seed)
         kept = [(c, w) for c, w in zip(all_cases, case_points(exercise.points, all_cases), strict=True)
@@ -353,6 +353,10 @@ class ExerciseRun:
             self.provided = marshal.dumps(compile(without_docstrings(ast.parse(source)), "<provided>", "exec"))
             self.setup = {"chunks": self.extraction.chunks, "name": exercise.name, "provided_names": names,
                           "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES)}
+
+    def extract(self, nb: Notebook) -> Extraction:
+        """The code this exercise is graded on (a subclass may gather it from elsewhere)."""
+        return extract(nb, self.exercise)
 
     def name(self, number: int) -> str:
         return _case_name(self.exercise, self.cases[number])
@@ -507,7 +511,7 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
     if case.public and (case.construct is not None or case.structure):
         builds = case.args if case.structure else (case.construct,)
         lines.append("Built as " + ", ".join(f"`{exercise.name}{_arguments(b)}`" for b in builds))
-    if case.public and not case.structure and (case.args or case.kwargs):
+    if case.public and not case.structure and case.judge is None and (case.args or case.kwargs):
         lines.append("Inputs: " + ", ".join(_shape(a) for a in case.args)
                      + "".join(f", {k}={_shape(v)}" for k, v in case.kwargs.items()))
     if not reply.get("ok"):
@@ -527,6 +531,9 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         value_of(case, got)  # a record of the right shape, or ValueError
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
+    if case.rule is not None:  # a rule, not the reference, decides
+        passed, said = case.rule(got)
+        return TestResult(name, weight if passed else 0.0, weight, "\n\n".join(lines + said))
     if expected is None:
         expected = _record(exercise, reference, case, state, seed)
     found = judge(exercise, case, got, expected, seed)
@@ -598,8 +605,10 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
         with torch.random.fork_rng(devices=[]):
             for exercise, nb in chosen:
                 if isinstance(nb, Notebook):
-                    runs.append(ExerciseRun(nb, exercise, seed=seed, public_only=public_only, limits=limits,
-                                            hide=hide))
+                    runner = resolve(exercise.runner) if exercise.runner else ExerciseRun
+                    more = {"submission": (Path(path), notebooks)} if exercise.runner else {}
+                    runs.append(runner(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide,
+                                       **more))
             run_checks(runs)
     finally:
         kill_all()  # whatever was raised: every worker, and all it started, is gone before results exist

@@ -53,9 +53,12 @@ class GradeOutsideKernel(NbGraderPreprocessor):
                                                       else c for c in nb.cells])
             for cell in graded:
                 exercise = by_test_id[cell.metadata["nbgrader"]["grade_id"]]
-                path = Path(folder) / exercise.notebook
-                if not path.exists():
-                    nbformat.write(sources, path)
+                if exercise.runner:  # chapter 12 is graded with the student's chapters and weights beside it
+                    path = _with_course(Path(folder) / "course", resources, exercise, sources)
+                else:
+                    path = Path(folder) / exercise.notebook
+                    if not path.exists():
+                        nbformat.write(sources, path)
                 report = grade_path(path, only=exercise.id)
                 points = report.exercise_score(exercise.id)
                 cell.outputs = [
@@ -64,6 +67,27 @@ class GradeOutsideKernel(NbGraderPreprocessor):
                                            execution_count=cell.get("execution_count")),
                 ]
         return nb, resources
+
+
+def _with_course(course: Path, resources: dict, exercise, sources) -> Path:
+    """A folder like the student's submission of every chapter: the notebooks of the folders beside
+    this one's (nbgrader keeps a student's assignments side by side), this notebook as it is now, and
+    its ``my_model`` weights."""
+    import shutil
+
+    if not course.exists():
+        here = Path(resources.get("metadata", {}).get("path") or ".").resolve()
+        for chapter in sorted(p for p in here.parent.iterdir() if p.is_dir() and p != here):
+            for notebook in chapter.glob("*.ipynb"):
+                (course / chapter.name).mkdir(parents=True, exist_ok=True)
+                shutil.copy(notebook, course / chapter.name / notebook.name)
+        (course / here.name).mkdir(parents=True, exist_ok=True)
+        nbformat.write(sources, course / here.name / exercise.notebook)
+        weights = here / "my_model" / "model.safetensors"
+        if weights.is_file() and not weights.is_symlink():
+            (course / here.name / "my_model").mkdir()
+            shutil.copy(weights, course / here.name / "my_model" / weights.name)
+    return course
 
 
 class MarkGradedOutsideKernel(NbGraderPreprocessor):

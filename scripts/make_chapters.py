@@ -48,14 +48,16 @@ from autograder.registry import REGISTRY, Exercise, by_chapter  # noqa: E402
 from scripts import translations  # noqa: E402
 
 SOLUTIONS, CHAPTERS, FIGURES = "solutions", "chapters", "figures"
+SOLUTION_ONLY = "my_model"  # a solution's trained weights (chapter 12, Part B): graded, never released
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def hidden_test_source(exercise: Exercise) -> str:
     """The one graded test cell of an exercise, as the grader contract fixes it."""
+    what = exercise.signature if exercise.runner else f"`{exercise.name}` on fresh random inputs against the reference"
     return (
-        f"# Hidden tests: the grader checks `{exercise.name}` on fresh random inputs against the reference.\n"
+        f"# Hidden tests: the grader checks {what}.\n"
         "### BEGIN HIDDEN TESTS\n"
         "from autograder.hook import grade_in_notebook\n"
         f'grade_in_notebook("{exercise.id}", globals())\n'
@@ -247,7 +249,8 @@ def generate(root: Path, out: Path, *, run: bool, only: str | None = None) -> li
         (out / CHAPTERS).mkdir(parents=True, exist_ok=True)
         for folder in sorted(release_root.iterdir()):
             shutil.rmtree(out / CHAPTERS / folder.name, ignore_errors=True)
-            shutil.copytree(folder, out / CHAPTERS / folder.name)
+            # Trained weights of a solution (chapter 12's) are graded, never released.
+            shutil.copytree(folder, out / CHAPTERS / folder.name, ignore=shutil.ignore_patterns(SOLUTION_ONLY))
     draw_figures(out / FIGURES)
     (out / "README.md").write_text(with_chapter_table(with_exercise_table((root / "README.md").read_text()), root))
     # The Chinese course (zh/) from the student notebooks just released and translations/zh/: a

@@ -78,11 +78,12 @@ class DecoderLayer(nn.Module):
 
 def _final_norm(layer: EncoderLayer | DecoderLayer) -> nn.Module:
     """A Pre-LN stack ends with one more LayerNorm (its residual stream was never normalised);
-    a Post-LN stack already ends normalised, so it gets none, as in the paper."""
+    a Post-LN stack already ends normalised, so it gets none, as in the paper. A layer built from the
+    notes' own classes (a student's, in chapter 12) may lack these options: it is Pre-LN, notes' flavour."""
     connection: SublayerConnection = layer.sublayer[0]
-    if connection.norm_position == "post":
+    if getattr(connection, "norm_position", "pre") == "post":
         return nn.Identity()
-    return LayerNorm(layer.size, kind=connection.norm.kind)
+    return LayerNorm(layer.size, kind=getattr(connection.norm, "kind", "notes"))
 
 
 class Encoder(nn.Module):

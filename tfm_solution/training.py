@@ -194,7 +194,8 @@ def accumulated_step(
     and the scheduler steps, once.
     """
     device = device or next(model.parameters()).device
-    group = [batch.to(device) for batch in group]
+    # The notes' Batch has no `to` (a student's, in chapter 12): it is used where it is.
+    group = [batch.to(device) if hasattr(batch, "to") else batch for batch in group]
     tokens = sum(int(batch.ntokens) for batch in group)
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     norm = max(_global_tokens(tokens, device), 1) / world

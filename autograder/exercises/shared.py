@@ -53,6 +53,10 @@ class Case:
     (``worker.DRIVERS``) builds what ``args`` describe and calls the answer inside it, the same
     procedure running the reference in the harness (``"accumulation"``: a training run of chapter 9's
     ``train_with_accumulation`` on a tiny model, ``worker.train_accumulated``).
+
+    A case with a ``rule`` is judged by that rule instead of against the reference (which is then
+    never computed): ``rule(returned value) -> (passed, lines for the student)``. Chapter 12 judges its
+    training and translation runs in bands this way.
     """
 
     title: str
@@ -70,11 +74,12 @@ class Case:
     distinct: bool = False
     method: str | None = None
     measure: Literal["xavier"] | None = None
-    driver: Literal["accumulation"] | None = None
+    driver: Literal["accumulation", "reversal", "translation"] | None = None
     double: bool = False
     inputs: tuple[int, ...] | None = None
     keep: tuple[str, ...] = ()
     judge: Literal["nucleus"] | None = None
+    rule: Callable[[object], tuple[bool, list[str]]] | None = None
     weight: int = 1
 
 
@@ -202,6 +207,9 @@ class Exercise:
         alternatives: correct answers the text allows, by name -> source (a whole answer cell, as a
             ``Mistake``'s): each must get full marks, on several seeds.
         mutants: wrong answers no declared mistake describes, caught by a universal check (``Mutant``).
+        runner: ``"module:Class"`` of an ``autograder.grade.ExerciseRun`` subclass that grades this
+            exercise (chapter 12's, which gathers the student's code from every chapter); None: the
+            standard one.
     """
 
     id: str
@@ -225,6 +233,7 @@ class Exercise:
     contract: Contract | None = None
     alternatives: Mapping[str, str] = field(default_factory=dict, hash=False)
     mutants: Mapping[str, Mutant] = field(default_factory=dict, hash=False)
+    runner: str | None = None
 
 
 def resolve(target: str):

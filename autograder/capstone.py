@@ -1,0 +1,464 @@
+"""The harness side of chapter 12: the student's whole Transformer, trained (Part A) and translating (Part B).
+
+``CapstoneRun`` grades a chapter-12 exercise like any other (``grade.ExerciseRun``: one sandboxed
+worker, one pytest test per case), with these differences:
+
+* its code is the student's whole course (``course_code.gather``): their chapter notebooks of the
+  submission, then the capstone notebook;
+* the worker's limits are those of a training run (``LIMITS``), and only the course's procedures
+  (``ch12_capstone.INSTALLED``) are put into the student's namespace, never a reference of a piece
+  the student wrote;
+* Part A's cases are judged here from the ids the student's decoders produced, against sequences
+  the harness draws itself (``JUDGES``): a worker's claim of its accuracy is never believed;
+* when Part A misses full marks, ``diagnose`` trains again with the course's components in place
+  of the student's, a prefix of ``ch12_capstone.COMPONENTS`` at a time (a binary search, then one
+  run with the culprit alone), and names the component whose replacement fixes training;
+* Part B's weights file is read and checked here (``read_weights``: size, safetensors only, a sane
+  header) before its tensors travel to the worker with the sentences of the configured split;
+  sacreBLEU is computed here from the ids the worker returns.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import marshal
+import zipfile
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+
+import torch
+
+from autograder import worker as wire
+from autograder.course_code import gather
+from autograder.exercises import ch12_capstone as spec
+from autograder.extract import Extraction, Notebook, without_docstrings
+from autograder.feedback import fenced
+from autograder.grade import ExerciseRun, _pack_args, _provided
+from autograder.results import ERROR_NOTE, Report, TestResult
+from autograder.sandbox import Limits, Worker, WorkerDied
+
+LIMITS = {"reversal": {"cpu_s": 240, "call_timeout_s": 900.0},
+          "translation": {"cpu_s": 900, "call_timeout_s": 1800.0}}
+"""A worker's limits for each part: Part A trains for at most ``TASK["cpu_budget_s"]`` CPU seconds, Part B
+translates the whole test split with beams, uncached (about 80 CPU seconds at the course model's size)."""
+
+WEIGHTS_FILE = PurePosixPath("my_model") / "model.safetensors"
+"""Where Part B's weights are, next to the capstone notebook (what the notebook's export writes)."""
+
+MAX_WEIGHTS_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 1024 * 1024
+MAX_TENSORS = 1024
+WEIGHT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4}
+
+DIAGNOSIS_PROBES = 6
+"""At most this many extra training runs to find what stops a model from learning."""
+
+
+# ----------------------------------------------------------------------------- Part A's verdicts
+
+def _task():
+    from tfm_solution.capstone import ReversalTask
+
+    return ReversalTask(**{k: v for k, v in spec.TASK.items() if k != "module"})
+
+
+def held_out_pairs(eval_seed: int) -> list:
+    """The held-out sequences of ``eval_seed``, drawn here exactly as the worker draws them."""
+    return _held_out_pairs(_task(), eval_seed)
+
+
+@functools.cache
+def _held_out_pairs(task, eval_seed: int) -> list:
+    from tfm_solution.capstone import reversal_pairs
+
+    return reversal_pairs(task.held_out, task, torch.Generator().manual_seed(eval_seed), evaluation=True)
+
+
+def part_a_scores(eval_seed: int, got) -> tuple[float, float, float]:
+    """(accuracy, forced accuracy, agreement) of a Part A reply, scored here against our own sequences."""
+    from tfm_solution.capstone import scores
+
+    if not (isinstance(got, tuple) and len(got) == 9 and all(isinstance(t, torch.Tensor) for t in got[:3])):
+        raise ValueError("the training run did not return the decoded ids")
+    return scores(held_out_pairs(eval_seed), got[0], got[1], got[2], _task().pad)
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and value == value else float("nan")
+
+
+def _run_lines(got) -> list[str]:
+    steps, planned, cpu = _number(got[6]), _number(got[7]), _number(got[5])
+    lines = [f"trained {steps:.0f} of {planned:.0f} optimizer steps in {cpu:.1f} CPU seconds "
+             f"(the budget: {spec.TASK['cpu_budget_s']:.0f})"]
+    if steps < planned:
+        lines[0] += "; the budget ran out first: your code is slower than it should be"
+    lines.append(f"decoding speed, not graded: {_number(got[3]):,.0f} tokens per CPU second cached, "
+                 f"{_number(got[4]):,.0f} uncached")
+    return lines
+
+
+def _accuracy(band: float, eval_seed: int, got) -> tuple[bool, list[str]]:
+    try:
+        accuracy, forced, _ = part_a_scores(eval_seed, got)
+    except ValueError as exc:
+        return False, [str(exc)]
+    lines = [f"exact match: {accuracy:.1%} of {_task().held_out} held-out sequences reversed by your greedy "
+             f"decoding (this line: at least {band:.0%}; full marks from {spec.ACCURACY_BANDS[-1]:.0%})",
+             f"fed the right prefix (teacher forcing), your model gets every token right on {forced:.1%} of them",
+             *_run_lines(got)]
+    return accuracy >= band, lines
+
+
+def _agreement(_: float, eval_seed: int, got) -> tuple[bool, list[str]]:
+    try:
+        _, _, agreement = part_a_scores(eval_seed, got)
+    except ValueError as exc:
+        return False, [str(exc)]
+    n = _task().held_out
+    same = round(agreement * n)
+    if same == n:
+        return True, [f"your cached and uncached greedy decoders give the same tokens on all {n} sequences",
+                      *_run_lines(got)]
+    return False, [f"your cached decoder differs from your uncached one on {n - same} of {n} sequences: check the "
+                   "position of the positional encoding at each step, the order of the sublayers, the static "
+                   "cross-attention cache and the final norm (chapter 11)", *_run_lines(got)]
+
+
+# ----------------------------------------------------------------------------- Part B's data and verdicts
+
+@functools.cache
+def translation_data() -> tuple[list[str], torch.Tensor, object]:
+    """The configured split's English references, its German sources as padded ids, and the course's tokenizer."""
+    from tfm_solution.course_model import COURSE_MODEL_DIR
+    from tfm_solution.data import PAD, TokenizerPair, load_multi30k, multi30k_dir, pad_batch
+
+    split, count = spec.translation_split()
+    pairs = load_multi30k(split, multi30k_dir())[:count]
+    tokenizer = TokenizerPair.load(COURSE_MODEL_DIR)
+    return [en for _, en in pairs], pad_batch([tokenizer.encode_src(de) for de, _ in pairs], PAD), tokenizer
+
+
+def translations(got) -> list[str]:
+    """The texts of a Part B reply (ids from ``<s>``), decoded by the course's tokenizer."""
+    references, sources, tokenizer = translation_data()
+    if not isinstance(got, torch.Tensor) or got.dim() != 2 or got.size(0) != len(references) \
+            or got.is_floating_point():
+        raise ValueError(f"expected the ids of {len(references)} translations, got "
+                         f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    return [tokenizer.decode_tgt([i for i in row[1:] if 0 <= i < 10**6]) for row in got.tolist()]
+
+
+def _translates(_: float, shown: int, got) -> tuple[bool, list[str]]:
+    try:
+        texts = translations(got)
+    except ValueError as exc:
+        return False, [str(exc)]
+    empty = sum(not t.strip() for t in texts)
+    return empty < len(texts), [f"{len(texts)} sentences translated ({empty} of them empty)"]
+
+
+def _bleu(band: float, shown: int, got) -> tuple[bool, list[str]]:
+    import sacrebleu
+
+    try:
+        texts = translations(got)
+    except ValueError as exc:
+        return False, [str(exc)]
+    references = translation_data()[0]
+    score = sacrebleu.corpus_bleu(texts, [references]).score
+    split, count = spec.translation_split()
+    picked = torch.randperm(len(texts), generator=torch.Generator().manual_seed(shown))[:3].tolist()
+    examples = "\n".join(f"{texts[i]}\n    (reference: {references[i]})" for i in picked)
+    return score >= band, [f"sacreBLEU {score:.2f} on {len(texts)} sentences of Multi30k's {split} split (this line: "
+                           f"at least {band:g}; full marks from {spec.BLEU_BANDS[-1]:g})",
+                           "three of your translations:\n\n" + fenced(examples)]
+
+
+JUDGES = {"accuracy": _accuracy, "agreement": _agreement, "translates": _translates, "bleu": _bleu}
+"""``kind -> judge(band, seed, returned value) -> (passed, lines)`` for ``ch12_capstone``'s cases."""
+
+
+# ----------------------------------------------------------------------------- Part B's weights
+
+class WeightsRejected(ValueError):
+    """The weights file cannot be graded; the message says why, for the student."""
+
+
+def weights_bytes(submission: Path, nb: Notebook) -> bytes:
+    """The bytes of ``my_model/model.safetensors`` beside the capstone notebook in the submission."""
+    where = PurePosixPath(nb.name).parent / WEIGHTS_FILE
+    if zipfile.is_zipfile(submission):
+        with zipfile.ZipFile(submission) as archive:
+            for member in archive.infolist():
+                name = PurePosixPath(member.filename.replace("\\", "/"))
+                if PurePosixPath(*[p for p in name.parts if p not in ("", ".", "..", "/")]) == where:
+                    if member.file_size > MAX_WEIGHTS_BYTES:
+                        raise WeightsRejected(f"{where} is larger than {MAX_WEIGHTS_BYTES // 2**20} MB")
+                    with archive.open(member) as handle:
+                        return handle.read(MAX_WEIGHTS_BYTES + 1)
+        raise WeightsRejected(f"no {where} in the submission")
+    folder = submission if submission.is_dir() else submission.parent
+    path = folder.joinpath(*where.parts) if submission.is_dir() else folder.joinpath(*WEIGHTS_FILE.parts)
+    if path.is_symlink() or not path.is_file():
+        raise WeightsRejected(f"no {WEIGHTS_FILE} next to the notebook: export your trained model there "
+                              "(the notebook's export cell) and submit it with the notebook")
+    if path.stat().st_size > MAX_WEIGHTS_BYTES:
+        raise WeightsRejected(f"{WEIGHTS_FILE} is larger than {MAX_WEIGHTS_BYTES // 2**20} MB")
+    with open(path, "rb") as handle:
+        return handle.read(MAX_WEIGHTS_BYTES + 1)
+
+
+def read_weights(data: bytes) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, checked before any of it is parsed by a library: the size, the
+    header (JSON of at most 1 MB, float dtypes, shapes whose bytes match their place in the file, no
+    overlaps), then read by ``safetensors`` (which executes nothing). Names that the file's metadata
+    declares as another tensor (how the course's exporter stores shared weights) get that tensor."""
+    from safetensors.torch import load
+
+    if len(data) > MAX_WEIGHTS_BYTES:
+        raise WeightsRejected(f"the weights file is larger than {MAX_WEIGHTS_BYTES // 2**20} MB")
+    if len(data) < 8:
+        raise WeightsRejected("the weights file is not a safetensors file (too short)")
+    size = int.from_bytes(data[:8], "little")
+    if size > MAX_HEADER_BYTES or 8 + size > len(data):
+        raise WeightsRejected("the weights file is not a safetensors file (its header size is impossible)")
+    try:
+        header = json.loads(data[8:8 + size])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise WeightsRejected("the weights file is not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise WeightsRejected("the weights file's header is not a JSON object")
+    metadata = header.pop("__metadata__", {}) or {}
+    if not isinstance(metadata, dict) or len(header) > MAX_TENSORS:
+        raise WeightsRejected(f"the weights file holds malformed metadata or more than {MAX_TENSORS} tensors")
+    body, spans = len(data) - 8 - size, []
+    for name, entry in header.items():
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (len(name) > 200 or not isinstance(shape, list) or len(shape) > 8
+                or not all(isinstance(d, int) and 0 <= d < 2**31 for d in shape)
+                or entry.get("dtype") not in WEIGHT_DTYPES or not isinstance(offsets, list) or len(offsets) != 2
+                or not all(isinstance(o, int) for o in offsets) or not 0 <= offsets[0] <= offsets[1] <= body):
+            raise WeightsRejected(f"tensor {name[:80]!r} of the weights file is malformed (float16, bfloat16 and "
+                                  "float32 tensors only)")
+        if offsets[1] - offsets[0] != WEIGHT_DTYPES[entry["dtype"]] * int(torch.tensor(shape).prod()):
+            raise WeightsRejected(f"tensor {name[:80]!r}: its bytes do not match its shape")
+        spans.append(offsets)
+    spans.sort()
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        raise WeightsRejected("tensors of the weights file overlap")
+    try:
+        tensors = load(bytes(data))
+    except Exception as exc:  # noqa: BLE001 - the library's own check: any failure is a bad file
+        raise WeightsRejected(f"the weights file could not be read: {str(exc)[:200]}") from None
+    for alias, target in metadata.items():
+        if isinstance(alias, str) and alias not in tensors and target in tensors and len(alias) <= 200:
+            tensors[alias] = tensors[target]
+    return tensors
+
+
+@functools.cache
+def _course_fingerprint() -> str:
+    from tfm_solution.course_model import COURSE_MODEL_DIR
+
+    return _fingerprint(read_weights((COURSE_MODEL_DIR / "model.safetensors").read_bytes()))
+
+
+def _fingerprint(tensors: dict[str, torch.Tensor]) -> str:
+    """The same for the same weights, whatever their order, names or float width."""
+    digest = hashlib.sha256()
+    for t in sorted((v.half().flatten().numpy().tobytes() for v in tensors.values())):
+        digest.update(t)
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- the run
+
+class CapstoneRun(ExerciseRun):
+    """A chapter-12 exercise graded on the student's whole course (see the module docstring)."""
+
+    def __init__(self, nb: Notebook, exercise, *, submission: tuple[Path, list], seed: int | None,
+                 public_only: bool, limits: Limits, hide: list[str]) -> None:
+        self.submission, self.notebooks = submission
+        super().__init__(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide)
+        self.part = exercise.cases(0)[0].driver
+        self.limits = Limits(**{**self.limits.__dict__, **LIMITS[self.part]})
+        self.values: dict[int, object] = {}
+        self.cases = [replace(c, rule=self._recording(i, c.rule)) for i, c in enumerate(self.cases)]
+        self.attached: tuple = ()
+        self.attachment_problem: str | None = None
+        if not self.extraction.error:
+            self.provided = _compiled(_provided(exercise)[0])
+            self.setup = _installing(self.setup, spec.INSTALLED[self.part])
+            if self.part == "translation":
+                self._attach_translation(nb)
+
+    def extract(self, nb: Notebook) -> Extraction:
+        return gather(self.notebooks, nb, self.exercise)
+
+    def _recording(self, number: int, judge):
+        def recorded(got):
+            self.values[number] = got
+            return judge(got)
+
+        return recorded
+
+    def _attach_translation(self, nb: Notebook) -> None:
+        """Part B's weights (checked) and the configured split's sources, to go before each case's own arguments."""
+        try:
+            weights = read_weights(weights_bytes(self.submission, nb))
+        except WeightsRejected as exc:
+            self.attachment_problem = f"Part B needs your trained weights: {exc}."
+            return
+        try:
+            sources = translation_data()[1]
+        except Exception as exc:  # noqa: BLE001 - the data is the grader's business, not the student's
+            self.attachment_problem = f"{ERROR_NOTE}: the test sentences could not be read ({str(exc)[:300]})"
+            return
+        if _fingerprint(weights) == _course_fingerprint():
+            self.notes.append("Part B: the weights you submitted are the course model's own "
+                              "(tfm_solution/assets/course_model), not weights you trained: your instructor sees "
+                              "this line")
+        names = list(weights)
+        self.attached = ({"module": "weight_names", "names": names}, *(weights[n] for n in names), sources)
+
+    def _run(self, number: int) -> TestResult:
+        case = self.cases[number]
+        if case.driver != "translation" or self.extraction.error:
+            return super()._run(number)
+        if self.attachment_problem:
+            return self._fail(number, self.attachment_problem)
+        self.cases[number] = replace(case, args=self.attached + case.args)
+        try:
+            return super()._run(number)
+        finally:
+            self.cases[number] = case
+
+    def finish(self, report: Report) -> None:
+        self._stop_worker()
+        if self.part == "reversal" and not self.extraction.error and self.timeouts == 0:
+            line = self.diagnose()
+            if line is not None:
+                self.notes.append(line)
+        super().finish(report)
+
+    # ------------------------------------------------------------------------- the diagnosis
+
+    def diagnose(self) -> str | None:
+        """Why Part A misses full marks, when the harness can tell: the decoding, or the first component
+        whose replacement by the course's makes the model learn (``None``: full marks, or nothing to say)."""
+        top = len(self.cases) - 1
+        result = self.results.get(top)
+        if result is None or result.score >= result.max_score or self.load_failure:
+            return None
+        if top not in self.values and "your code raised" not in result.output:
+            return None  # the worker died (a limit, a crash): retraining would meet the same fate
+        value = self.values.get(top)
+        eval_seed = self.cases[top].args[1]
+        band = spec.ACCURACY_BANDS[-1]
+        yours = "your run failed"
+        if value is not None:
+            try:
+                accuracy, forced, _ = part_a_scores(eval_seed, value)
+            except ValueError:
+                accuracy = forced = None
+            if forced is not None and forced >= band:
+                return (f"**Diagnosis: greedy decoding** (chapter 10): your model learned the task, since fed the right "
+                        f"prefix it gets every token of {forced:.1%} of the held-out sequences right, but your "
+                        f"`greedy_decode` reverses only {accuracy:.1%} of them. Look at how it feeds each chosen "
+                        "token back, takes the last position's prediction, and stops at `</s>`.")
+            if accuracy is not None:
+                yours = f"yours reverses {accuracy:.1%} and, fed the right prefix, gets {forced:.1%} right"
+        return self._search(eval_seed, yours)
+
+    def _search(self, eval_seed: int, yours: str) -> str:
+        components = spec.COMPONENTS
+        runs: list[str] = []
+        spent = [0.0]
+
+        def fixed(indices: list[int]) -> bool:
+            share, why, cpu = self._probe(indices, eval_seed)
+            spent[0] += cpu
+            label = ", ".join(components[i][0] for i in indices)
+            runs.append(f"the course's {label}: " + (f"{share:.1%}" if share is not None else why))
+            return share is not None and share >= spec.ACCURACY_BANDS[-1]
+
+        low, high = 1, len(components)  # the shortest prefix that fixes training lies in low .. high
+        while low < high and len(runs) < DIAGNOSIS_PROBES - 1:
+            middle = (low + high) // 2
+            if fixed(list(range(middle))):
+                high = middle
+            else:
+                low = middle + 1
+        culprit = components[low - 1]
+        alone = fixed([low - 1]) if len(runs) < DIAGNOSIS_PROBES else False
+        cost = f"{len(runs)} more training runs, {spent[0]:.0f} CPU seconds of training"
+        tried = "\n".join(f"- {r}" for r in runs)
+        if alone:
+            return (f"**Diagnosis: {culprit[0]}** ({culprit[1]}): with the course's version of it in place of yours, "
+                    f"and the rest of your code unchanged, your model learns the task ({yours}). "
+                    f"Hint: {culprit[4]}.\n\nThe grader trained your model again with parts of your code replaced "
+                    f"by the course's, as Part A does ({cost}); the share is that of held-out sequences whose every "
+                    f"token the model predicts right when fed the right prefix:\n\n{tried}")
+        return (f"**Diagnosis: more than one component** ({yours}). Your model learns only once the course's "
+                f"components replace yours up to and including {culprit[0]} ({culprit[1]}); replacing that one "
+                f"alone is not enough, so at least one more of them needs a look. Hint for {culprit[0]}: "
+                f"{culprit[4]}.\n\nThe runs ({cost}):\n\n{tried}")
+
+    def _probe(self, indices: list[int], eval_seed: int) -> tuple[float | None, str, float]:
+        """Part A again with the course's components ``indices`` in place of the student's: (the forced
+        accuracy or None, why there is none, the CPU seconds its training took)."""
+        components = [spec.COMPONENTS[i] for i in indices]
+        targets = list(dict.fromkeys(t for c in components for t in c[3]))
+        targets += [t for t in spec.PROCEDURES["reversal"] if t not in targets]
+        # The exercise's own reference is a component here: the check against it does not apply.
+        probe = replace(self.exercise, prerequisites=tuple(targets), reference="tfm_solution.capstone:only_yours")
+        source, names, modules = _provided(probe)
+        provided = _compiled(source)
+        installed = set(spec.INSTALLED["reversal"]) | {n for c in components for n in c[2]}
+        setup = _installing({**self.setup, "provided_names": names, "provided_modules": modules}, installed)
+        case = self.cases[-1]
+        args, kwargs, buffers = _pack_args(case)
+        request = {"id": f"probe-{indices}", "seed": self.seed, "args": args, "kwargs": kwargs, "attributes": [],
+                   "train": False, "structure": False, "gradients": None, "method": None, "measure": None,
+                   "driver": case.driver}
+        worker = None
+        try:
+            worker = Worker(setup, self.limits, self.hide, [provided])
+            reply, out, _ = worker.call(request, buffers)
+            if not reply.get("ok"):
+                return None, "your code raised " + str(reply.get("error", ""))[:200].split(" (raised in")[0], 0.0
+            value = wire.unpack_value(reply.get("value"), out)
+            cpu = _number(value[5])
+            return part_a_scores(eval_seed, value)[1], "", cpu if cpu == cpu else 0.0
+        except WorkerDied as died:
+            return None, died.reason, 0.0
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            return None, f"no result ({str(exc)[:200]})", 0.0
+        finally:
+            if worker is not None:
+                worker.kill()
+
+
+_MODULE_OF_ITS_OWN = "import sys as _sys, types as _types\n_sys.modules.setdefault(__name__, _types.ModuleType(__name__))\n"
+"""The provided code's module name gets an (empty) module: dataclasses look their module up while being defined."""
+
+
+def _compiled(source: str) -> bytes:
+    """The worker's provided code, as ``grade.ExerciseRun`` compiles it, with a module of its own to run in."""
+    future, _, rest = source.partition("\n")  # `_provided` starts with the `from __future__` line
+    tree = without_docstrings(ast.parse("\n".join([future, _MODULE_OF_ITS_OWN, rest])))
+    return marshal.dumps(compile(tree, "<provided>", "exec"))
+
+
+def _installing(setup: dict, installed) -> dict:
+    """``setup`` whose prerequisites go into the student's namespace (and ``import tfm_solution``) only if
+    ``installed`` names them; the others are reachable from the provided code alone."""
+    keep = set(installed)
+    return {**setup, "provided_names": [n for n in setup["provided_names"] if n in keep],
+            "provided_modules": {m: [n for n in names if n in keep]
+                                 for m, names in setup["provided_modules"].items()}}

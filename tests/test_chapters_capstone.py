@@ -1,0 +1,352 @@
+"""Chapter 12, the capstone: the student's code gathered from their chapters, the task, Part A's training and
+bands, the diagnosis, Part B's weights and BLEU, the widgets.
+
+The fast tests need no training. The slow ones grade the solution's notebooks (Part A once, Part B on a
+subset of the test split) and one planted bug end to end; ``scripts/capstone_diagnosis.py`` runs every
+planted bug (its table is on the chapter's page).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import tfm_solution
+from autograder import capstone as harness
+from autograder.course_code import PIECES, REQUIRED, gather, gather_pieces, is_stub, run_course
+from autograder.exercises import ch12_capstone as spec
+from autograder.extract import read_submission
+from autograder.grade import grade_path
+from autograder.registry import by_id
+from tfm_solution.capstone import (ReversalTask, TranslationTask, foreign_modules, forced_predictions, held_out,
+                                   load_weights, only_yours, reversal_pairs, same_rows, scores, train_reversal,
+                                   translate_part_b)
+from tfm_solution.course_model import COURSE_MODEL_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+SOLUTIONS, CHAPTERS = REPO / "solutions", REPO / "chapters"
+MULTI30K = os.environ.get("MULTI30K_DIR")
+
+_spec = importlib.util.spec_from_file_location("capstone_diagnosis", REPO / "scripts" / "capstone_diagnosis.py")
+diagnosis_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(diagnosis_script)
+
+
+def _capstone(notebooks):
+    return next(nb for nb in notebooks if getattr(nb, "name", "").startswith("12_capstone"))
+
+
+# ----------------------------------------------------------------------------- the student's code
+
+@pytest.mark.fast
+def test_the_solutions_hold_every_piece_the_capstone_uses():
+    found = gather_pieces(read_submission(SOLUTIONS), None)
+    assert found.problems == []
+    assert set(REQUIRED) <= set(found.sources)
+    assert all(found.sources[p.name] == p.where for p in PIECES if p.required)
+    # chapter 5's answer imports `clones` from the course: left out, and said so
+    assert any("from tfm_solution import clones" in n for n in found.notes)
+    assert not any("tfm_solution" in c["source"] for c in found.chunks)
+
+
+@pytest.mark.fast
+def test_untouched_chapters_name_every_missing_answer_by_chapter():
+    notebooks = read_submission(CHAPTERS)
+    extraction = gather(notebooks, _capstone(notebooks), by_id("ch12.reversal"))
+    assert extraction.error is not None and "not implemented" in extraction.error
+    for piece in (p for p in PIECES if p.required):
+        assert f"{piece.where}: `{piece.name}` is not implemented yet" in extraction.error, piece
+
+
+def _course_copy(tmp_path: Path, drop: str | None = None) -> Path:
+    folder = tmp_path / "course"
+    shutil.copytree(SOLUTIONS, folder, ignore=shutil.ignore_patterns("my_model", *([drop] if drop else [])))
+    return folder
+
+
+@pytest.mark.fast
+def test_a_missing_chapter_is_named_and_a_pasted_answer_takes_its_place(tmp_path):
+    folder = _course_copy(tmp_path, drop="06_feed_forward")
+    notebooks = read_submission(folder)
+    extraction = gather(notebooks, _capstone(notebooks), by_id("ch12.reversal"))
+    assert "chapter 6 (06_feed_forward/feed_forward.ipynb): no answer for `PositionwiseFeedForward` was found" \
+        in extraction.error
+    assert extraction.error.count("\n- ") == 1  # only that one
+    path = folder / "12_capstone" / "capstone.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    ffn = diagnosis_script.solution_answer("ch06-positionwise-feed-forward")
+    paste = next(c for c in nb.cells if c.source.startswith("# Paste here"))
+    paste.source += "\n" + ffn
+    nbformat.write(nb, path)
+    notebooks = read_submission(folder)
+    assert gather(notebooks, _capstone(notebooks), by_id("ch12.reversal")).error is None
+    assert gather_pieces(notebooks, _capstone(notebooks)).sources["PositionwiseFeedForward"] == "this notebook"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("source,stub", [
+    ("def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n", True),
+    ("def f(x):\n    '''doc'''\n    raise NotImplementedError\n", True),
+    ("class f:\n    def __init__(self):\n        super().__init__()\n        raise NotImplementedError()\n", True),
+    ("def f(x):\n    return x\n", False),
+    ("def f(x):\n    if x:\n        raise NotImplementedError('negative x')\n    return x\n", False),
+    ("def f(x):\n    return x\n    raise NotImplementedError()\n", False),
+])
+def test_stubs_are_told_from_answers(source, stub):
+    import ast
+
+    assert is_stub(ast.parse(source), "f") is stub
+
+
+# ----------------------------------------------------------------------------- the task
+
+@pytest.mark.fast
+def test_the_grader_trains_the_task_the_notebook_shows():
+    assert ReversalTask(**{k: v for k, v in spec.TASK.items() if k != "module"}) == ReversalTask()
+    assert TranslationTask(**{k: v for k, v in spec.TRANSLATION.items() if k != "module"}) == TranslationTask()
+
+
+@pytest.mark.fast
+def test_reversal_pairs_reverse_and_never_train_on_held_out_sequences():
+    task = ReversalTask()
+    train = reversal_pairs(300, task, torch.Generator().manual_seed(0))
+    unseen = reversal_pairs(300, task, torch.Generator().manual_seed(0), evaluation=True)
+    for src, tgt in train + unseen:
+        symbols = src[:-1]
+        assert src[-1] == task.eos and tgt == [task.bos, *symbols[::-1], task.eos]
+        assert task.min_len <= len(symbols) <= task.max_len and all(4 <= s < task.vocab for s in symbols)
+    assert not any(held_out(s[:-1]) for s, _ in train) and all(held_out(s[:-1]) for s, _ in unseen)
+    draw = torch.Generator().manual_seed(1)
+    sequences = [torch.randint(4, task.vocab, (int(torch.randint(task.min_len, task.max_len + 1, (1,), generator=draw)),),
+                               generator=draw).tolist() for _ in range(4000)]
+    assert 0.08 < sum(map(held_out, sequences)) / len(sequences) < 0.12  # a tenth of all sequences is held out
+
+
+@pytest.mark.fast
+def test_scores_count_exact_matches_forced_predictions_and_agreement_by_hand():
+    pairs = [([5, 6, 1], [0, 6, 5, 1]), ([7, 1], [0, 7, 1])]
+    greedy = torch.tensor([[0, 6, 5, 1, 2], [0, 7, 7, 1, 2]])       # right, then wrong
+    cached = torch.tensor([[0, 6, 5, 1], [0, 7, 7, 1]])             # the same tokens, narrower
+    forced = torch.tensor([[6, 5, 1], [7, 1, 9]])                   # both right (padding positions ignored)
+    assert scores(pairs, greedy, cached, forced, pad=2) == (0.5, 1.0, 1.0)
+    assert same_rows(cached, torch.tensor([[0, 6, 5, 1], [0, 7, 1, 2]]), 2) == [True, False]
+    with pytest.raises(ValueError, match="one row per held-out sequence"):
+        scores(pairs, greedy[:1], cached, forced, pad=2)
+
+
+@pytest.mark.fast
+def test_teacher_forcing_and_greedy_decoding_agree_on_what_a_model_gets_right():
+    """The property the diagnosis relies on: a working greedy decoder gets a sequence exactly right iff
+    teacher forcing predicts its every token. Checked on the reference model with its first rows made
+    exact by construction (the greedy outputs themselves as targets)."""
+    task = ReversalTask()
+    torch.manual_seed(0)
+    model = tfm_solution.make_model(task.vocab, task.vocab, 1, 16, 32, 2, 0.0).eval()
+    pairs = reversal_pairs(20, task, torch.Generator().manual_seed(3), evaluation=True)
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s, _ in pairs], batch_first=True, padding_value=2)
+    greedy = tfm_solution.greedy_decode(model, src, (src != 2).unsqueeze(-2), task.max_len + 2, 0, 1, 2)
+    own = [(s, [t for t in row if t != 2][: row.index(1) + 1] if 1 in row else row) for (s, _), row
+           in zip(pairs, greedy.tolist())]
+    own = [(s, t) for s, t in own if t[-1] == 1]
+    assert own, "some greedy outputs end"
+    assert scores(own, greedy[[i for i, (s, _) in enumerate(pairs) if any(s is o for o, _ in own)]],
+                  greedy[: len(own)], forced_predictions(model, own, 2), 2)[:2] == (1.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- the model is the student's
+
+@pytest.mark.fast
+def test_only_the_students_classes_may_make_the_model():
+    reference = tfm_solution.make_model(14, 14, 1, 16, 32, 2, 0.0)
+    assert "encoder: Encoder" in foreign_modules(reference)
+    with pytest.raises(TypeError, match="course's reference classes"):
+        only_yours(reference)
+    parts = run_course(SOLUTIONS)
+    mine = parts["make_model"](14, 14, 1, 16, 32, 2, 0.0)
+    assert foreign_modules(mine) == [] and only_yours(mine) is mine
+
+
+# ----------------------------------------------------------------------------- Part B's weights
+
+def _safetensors(header: dict, body: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + body
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("data,why", [
+    (b"\x80\x04K\x01.", "not a safetensors file"),                                   # a pickle
+    (b"", "too short"),
+    (struct.pack("<Q", 10**9) + b"{}", "header size is impossible"),
+    (struct.pack("<Q", 4) + b"nope", "not JSON"),
+    (_safetensors({"w": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}, bytes(8)), "malformed"),
+    (_safetensors({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, bytes(8)), "do not match"),
+    (_safetensors({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12)), "overlap"),
+    (_safetensors({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(4)), "malformed"),
+])
+def test_a_bad_weights_file_is_refused_before_anything_reads_it(data, why):
+    with pytest.raises(harness.WeightsRejected, match=why):
+        harness.read_weights(data)
+
+
+@pytest.mark.fast
+def test_the_course_models_weights_fit_the_solutions_model_and_translate_as_the_reference_does():
+    """Independent oracle: the reference's own beam search on the course model."""
+    weights = harness.read_weights((COURSE_MODEL_DIR / "model.safetensors").read_bytes())
+    assert torch.equal(weights["src_embed.0.lut.weight"], weights["generator.proj.weight"])  # the tied copies
+    parts = run_course(SOLUTIONS)
+    from tfm_solution.course_model import load_course_model
+    from tfm_solution.data import PAD, pad_batch
+
+    reference, tokenizer = load_course_model()
+    sources = pad_batch([tokenizer.encode_src(s) for s in ("Ein Hund rennt.", "Zwei Frauen lachen im Park.")], PAD)
+    got = translate_part_b(parts, weights, sources, TranslationTask())
+    want = tfm_solution.beam_search(reference, sources, (sources != PAD).unsqueeze(-2), sources.size(1) + 50, 0, 1)
+    assert [row[: len(h[0].tokens)] for row, h in zip(got.tolist(), want)] == [h[0].tokens for h in want]
+    model = parts["make_model"](5000, 5000, 3, 128, 512, 4, 0.1)
+    wrong = dict(weights, **{"generator.proj.weight": torch.zeros(3, 128)})
+    del wrong["decoder.norm.a_2"]
+    with pytest.raises(ValueError, match="missing from the file: decoder.norm.a_2.*other shapes: generator.proj"):
+        load_weights(model, wrong)
+
+
+# ----------------------------------------------------------------------------- the planted bugs
+
+PASS_VISIBLE = {"masks", "attention", "multi-head attention", "feed-forward", "LayerNorm", "SublayerConnection",
+                "encoder and decoder layers", "embeddings", "positional encoding", "glue"}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("component", list(spec.PLANTED))
+def test_planted_bugs_and_their_chapters_visible_tests(component):
+    """Ten planted bugs pass their own chapter's visible tests (what makes them worth diagnosing); for the
+    other four components every bug found that stops the model from learning is caught by them."""
+    grade_id, _, source = spec.PLANTED[component]
+    failure = diagnosis_script.visible_tests(grade_id, source)
+    assert (failure is None) == (component in PASS_VISIBLE), failure
+    # The check itself: the solution's own answer passes it.
+    assert diagnosis_script.visible_tests(grade_id, diagnosis_script.solution_answer(grade_id)) is None
+
+
+@pytest.mark.fast
+def test_every_component_can_be_put_in_place_and_has_a_planted_bug():
+    assert [c[0] for c in spec.COMPONENTS] == list(spec.PLANTED)
+    for _, _, installed, targets, hint in spec.COMPONENTS:
+        assert installed and hint and all(n in {t.split(":")[1] for t in targets} for n in installed)
+
+
+# ----------------------------------------------------------------------------- the widgets
+
+@pytest.mark.fast
+def test_the_widgets_replay_training_and_show_the_models_own_cross_attention():
+    from tfm_solution.viz.capstone import TrainingMonitor, cross_attention_view, symbols
+
+    task = ReversalTask(steps=4, chunks=2, held_out=8)
+    parts = run_course(SOLUTIONS)
+    watched = reversal_pairs(3, task, torch.Generator().manual_seed(5), evaluation=True)
+    monitor = TrainingMonitor(parts, watched, task)
+    trained = train_reversal(parts, task, on_chunk=monitor.record)
+    assert [s for s, _, _ in monitor.records] == [2, 4] and "after 4 steps" in monitor.chart.value
+    replay = monitor.finish()
+    assert len(replay.stack.children) == 2 and replay.links and monitor.children == (replay,)
+    view = cross_attention_view(trained.model, watched[:2], task)
+    assert len(view.controls[0].options) == 2 and len(view.controls[1].options) == task.layers
+    assert len(view.stack.children) == 2 and all(len(s.children) == task.layers for s in view.stack.children)
+    assert symbols([0, 4, 5, 1, 2], task) == "<s> A B </s> ·"
+
+
+# ----------------------------------------------------------------------------- grading, end to end
+
+def _lines(report, exercise_id):
+    return {t.name.split(": ", 1)[-1] if ": " in t.name else t.name: t for t in report.tests
+            if t.name.startswith(exercise_id + " ")}
+
+
+@pytest.mark.slow
+def test_part_a_gives_the_solution_full_marks():
+    report = grade_path(SOLUTIONS, chapter="12", only="ch12.reversal")
+    lines = _lines(report, "ch12.reversal")
+    assert report.exercise_score("ch12.reversal") == 12, [t.output for t in lines.values()]
+    top = lines["exact match at least 95%"].output
+    assert f"trained {spec.TASK['steps']} of {spec.TASK['steps']} optimizer steps" in top
+    assert "Diagnosis" not in "".join(t.output for t in lines.values())
+
+
+@pytest.mark.slow
+def test_part_a_and_b_give_the_untouched_notebooks_zero_naming_each_missing_chapter():
+    report = grade_path(CHAPTERS, chapter="12")
+    assert report.score == 0 and report.max_score == 24
+    for line in (t for t in report.tests if t.max_score > 0):
+        assert "not implemented" in line.output and "chapter 1 (01_embeddings/embeddings.ipynb): `Embeddings`" \
+            in line.output
+
+
+def _searched(fixes) -> tuple[str, list]:
+    """The diagnosis's search with a stand-in for its training runs: ``fixes(indices)`` says whether replacing
+    the components ``indices`` makes the model learn."""
+    run = harness.CapstoneRun.__new__(harness.CapstoneRun)
+    probes = []
+
+    def probe(indices, eval_seed):
+        probes.append(list(indices))
+        return (0.99 if fixes(set(indices)) else 0.3), "", 10.0
+
+    run._probe = probe
+    return run._search(7, "yours reverses 20.0%"), probes
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("culprit", range(len(spec.COMPONENTS)))
+def test_the_diagnosis_search_names_the_one_component_that_fixes_training(culprit):
+    """Every component, as the only culprit: named, with its hint, in at most five runs (four halvings of the
+    fourteen, then the culprit alone). The planted bugs end to end: ``scripts/capstone_diagnosis.py``."""
+    line, probes = _searched(lambda indices: culprit in indices)
+    name, _, _, _, hint = spec.COMPONENTS[culprit]
+    assert line.startswith(f"**Diagnosis: {name}**") and hint in line, line
+    assert len(probes) <= harness.DIAGNOSIS_PROBES - 1 and probes[-1] == [culprit]
+    assert f"{len(probes)} more training runs, {10 * len(probes)} CPU seconds" in line
+
+
+@pytest.mark.fast
+def test_the_diagnosis_says_when_no_single_component_is_to_blame():
+    line, probes = _searched(lambda indices: {2, 9} <= indices)
+    assert line.startswith("**Diagnosis: more than one component**") and "up to and including glue" in line, line
+    assert probes[-1] == [9]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MULTI30K, reason="needs the Multi30k mirror (CI sets MULTI30K_DIR)")
+def test_part_b_gives_the_solution_full_marks_on_a_subset_and_tells_the_course_models_weights(monkeypatch):
+    monkeypatch.setenv(spec.SENTENCES_ENV, "60")  # BLEU 30.6 for the course model (27.9 on 40)
+    harness.translation_data.cache_clear()
+    report = grade_path(SOLUTIONS, chapter="12", only="ch12.translation")
+    lines = _lines(report, "ch12.translation")
+    assert report.exercise_score("ch12.translation") == 12, [t.output for t in lines.values()]
+    assert "sacreBLEU" in lines["BLEU at least 28"].output and "60 sentences" in lines["BLEU at least 28"].output
+    assert "course model's own" in lines["ch12.translation notes"].output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MULTI30K, reason="needs the Multi30k mirror (CI sets MULTI30K_DIR)")
+def test_part_b_without_weights_or_with_a_pickle_scores_zero_with_a_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv(spec.SENTENCES_ENV, "8")
+    harness.translation_data.cache_clear()
+    folder = _course_copy(tmp_path)
+    report = grade_path(folder, chapter="12", only="ch12.translation")
+    assert report.exercise_score("ch12.translation") == 0
+    assert all("no my_model/model.safetensors next to the notebook" in t.output
+               for t in report.tests if t.max_score > 0)
+    (folder / "12_capstone" / "my_model").mkdir()
+    torch.save({"w": torch.zeros(2)}, folder / "12_capstone" / "my_model" / "model.safetensors")
+    report = grade_path(folder, chapter="12", only="ch12.translation")
+    assert report.exercise_score("ch12.translation") == 0
+    assert all("not a safetensors file" in t.output for t in report.tests if t.max_score > 0)
