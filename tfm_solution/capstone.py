@@ -331,9 +331,15 @@ class WithYourMask(nn.Module):
 
 def load_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> nn.Module:
     """``model`` with ``weights`` loaded (as float32), after checking that their names and shapes are
-    exactly those of the model's own ``state_dict``; a ``ValueError`` names every difference."""
+    exactly those of the model's own ``state_dict``; a ``ValueError`` names every difference.
+
+    The positional encodings' sinusoid tables (buffers named ``*.pe``) are no weights: an export leaves
+    them out (``tfm_solution.checkpoint.rebuilt_buffers``), so the model keeps the tables its own
+    ``PositionalEncoding`` built, rounded to the file's precision like every tensor in it.
+    """
     own = model.state_dict()
-    missing = [k for k in own if k not in weights]
+    rebuilt = {name for name, _ in model.named_buffers() if name.endswith(".pe") and name not in weights}
+    missing = [k for k in own if k not in weights and k not in rebuilt]
     extra = [k for k in weights if k not in own]
     shapes = [f"{k} {tuple(weights[k].shape)} (your model: {tuple(own[k].shape)})" for k in own
               if k in weights and tuple(weights[k].shape) != tuple(own[k].shape)]
@@ -342,7 +348,11 @@ def load_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> nn.Mo
             [f"not in your model: {', '.join(extra[:10])}"] if extra else []) + (
             [f"other shapes: {', '.join(shapes[:10])}"] if shapes else [])
         raise ValueError("the weights do not fit your model built at the course model's size: " + "; ".join(lines))
-    model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
+    model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
+    exported_as = next(iter(weights.values())).dtype if weights else torch.float32
+    with torch.no_grad():
+        for name in rebuilt:
+            model.get_buffer(name).copy_(model.get_buffer(name).to(exported_as))
     return model
 
 
