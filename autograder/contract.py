@@ -59,6 +59,91 @@ ZH: dict[str, str] = {
         "`src`、`tgt` 和 `tgt_y` 保持词元 id 的 dtype",
     "the result has the dtype of `scores` (float16, bfloat16, float32 and float64 alike)":
         "结果的 dtype 与 `scores` 相同（float16、bfloat16、float32 和 float64 都一样）",
+    "the result has the dtype of `x`":
+        "结果的 dtype 与 `x` 相同",
+    "the output has the dtype of the module and of the inputs: float32, or float64 after `.double()`":
+        "输出的 dtype 与模块和输入相同：float32，或 `.double()` 之后的 float64",
+    "after a call, `self.attn` holds the attention weights `(batch, h, len_q, len_k)` (after dropout in "
+    "training mode); `self.h` and `self.d_k` are the number and width of the heads":
+        "一次调用之后，`self.attn` 存着注意力权重 `(batch, h, len_q, len_k)`（训练模式下是 dropout 之后的）；`self.h` 和 `self.d_k` 是头的个数和宽度",
+    "the output has the dtype of the module and of `x`: float32, or float64 after `.double()`":
+        "输出的 dtype 与模块和 `x` 相同：float32，或 `.double()` 之后的 float64",
+    "`x` and the weights are float32, and so is the result (the grader uses no other dtype)":
+        "`x` 和权重都是 float32，结果也是（评分器不用其他 dtype）",
+    "the call may draw random numbers (building `nn.Conv1d` layers draws their initial weights from "
+    "torch's generator before you overwrite them); the result must not depend on them":
+        "调用可以抽取随机数（构建 `nn.Conv1d` 层时，会先从 torch 的生成器抽取初始权重，然后你再覆盖它们）；结果不能依赖于这些随机数",
+    "the result has the dtype of `x` (float32, float64 and bfloat16 alike)":
+        "结果的 dtype 与 `x` 相同（float32、float64 和 bfloat16 都一样）",
+    "the result has the dtype of `x` (float32 in, float32 out; float64 in, float64 out)":
+        "结果的 dtype 与 `x` 相同（输入 float32 则输出 float32；输入 float64 则输出 float64）",
+    "as built, `a_2` is all ones and `b_2` all zeros (the grader compares them before loading any "
+    "weights)":
+        "构建之后，`a_2` 全为 1，`b_2` 全为 0（评分器在载入任何权重之前比较它们）",
+    "as built, `norm.a_2` is all ones and `norm.b_2` all zeros (what `LayerNorm(size)` builds)":
+        "构建之后，`norm.a_2` 全为 1，`norm.b_2` 全为 0（即 `LayerNorm(size)` 构建出的样子）",
+    "float32, the dtype of the sublayers it is given (the grader uses no other)":
+        "float32，即传给它的子层的 dtype（评分器不用其他 dtype）",
+    "`self.size` is the `size` given (the provided `Encoder` reads it)":
+        "`self.size` 是传入的 `size`（提供的 `Encoder` 会读取它）",
+    "as built, the norms of both SublayerConnections have `a_2` all ones and `b_2` all zeros (what "
+    "`SublayerConnection(size, dropout)` builds)":
+        "构建之后，两个 SublayerConnection 中的归一化层的 `a_2` 全为 1、`b_2` 全为 0（即 `SublayerConnection(size, dropout)` 构建出的样子）",
+    "`self.size` is the `size` given (the provided `Decoder` reads it)":
+        "`self.size` 是传入的 `size`（提供的 `Decoder` 会读取它）",
+    "as built, the norms of the three SublayerConnections have `a_2` all ones and `b_2` all zeros (what "
+    "`SublayerConnection(size, dropout)` builds)":
+        "构建之后，三个 SublayerConnection 中的归一化层的 `a_2` 全为 1、`b_2` 全为 0（即 `SublayerConnection(size, dropout)` 构建出的样子）",
+    "float32, the dtype of the layer it is given (the grader uses no other)":
+        "float32，即传给它的层的 dtype（评分器不用其他 dtype）",
+    "as built, the final norm has `a_2` all ones and `b_2` all zeros, and each of the N layers starts as "
+    "a copy of `layer` (its norms' ones and zeros included)":
+        "构建之后，最后的归一化层的 `a_2` 全为 1、`b_2` 全为 0，N 个层中的每一层都从 `layer` 的一份副本开始（包括其归一化层的 1 和 0）",
+    "the model is float32 (the grader uses no other dtype)":
+        "模型是 float32（评分器不用其他 dtype）",
+    "the initial weights are drawn from torch's global generator as the caller left it: two seeds give "
+    "two models, so never reseed it inside (`torch.manual_seed`)":
+        "初始权重从 torch 的全局生成器中抽取，且生成器保持调用者留下的状态：两个种子给出两个模型，所以绝不要在内部重新设种子（`torch.manual_seed`）",
+    "as built, every matrix (a parameter with more than one dimension) is Xavier-uniform, finite and its "
+    "own draw; every norm's `a_2` is all ones and `b_2` all zeros; the positional-encoding tables are "
+    "chapter 2's":
+        "构建之后，每个矩阵（维数大于一的参数）都是 Xavier 均匀初始化的、有限的，并且各自独立抽取；每个归一化层的 `a_2` 全为 1、`b_2` 全为 0；位置编码表是第 2 章的",
+    "`x` holds float32 log-probabilities; the loss is a 0-dim float32 tensor, `true_dist` float32 too":
+        "`x` 存的是 float32 的对数概率；损失是一个 0 维的 float32 张量，`true_dist` 也是 float32",
+    "after a call, `self.true_dist` holds the `(n, size)` smoothed target of that call (the notes keep it "
+    "for plotting)":
+        "一次调用之后，`self.true_dist` 存着这次调用的 `(n, size)` 平滑目标（笔记保留它用于画图）",
+    "a Python `float`, computed in float64 arithmetic; the grader accepts a relative difference of 1e-12 "
+    "(another order of the same operations)":
+        "一个 Python `float`，用 float64 算术计算；评分器接受 1e-12 的相对差（同样的运算换一种顺序）",
+    "the number of optimizer steps, a Python `int`; the model trains in the dtype it has":
+        "优化器的步数，一个 Python `int`；模型以它本身的 dtype 训练",
+    "it changes the model's parameters, the optimizer's and the scheduler's state, as training does; the "
+    "batches are read once and left as they are":
+        "它会像训练那样改变模型的参数以及优化器和调度器的状态；各个批次只读一遍，并保持原样",
+    "the result has the dtype of `logits` (float32 in, float32 out; float64 in, float64 out)":
+        "结果的 dtype 与 `logits` 相同（输入 float32 则输出 float32；输入 float64 则输出 float64）",
+    "every token whose logit is at least the `top_k`-th largest stays, so tokens tied with the k-th are "
+    "all kept":
+        "logit 不小于第 `top_k` 大的那个值的词元都会保留，所以与第 k 个打平的词元全部保留",
+    "a token stays exactly when the probability of the more probable tokens before it is below `top_p`: "
+    "where it equals `top_p` the token goes":
+        "一个词元恰好在排在它前面、概率更大的那些词元的概率之和小于 `top_p` 时保留：等于 `top_p` 时该词元被去掉",
+    "among tokens of equal probability the order is yours: any choice that keeps the right number of them "
+    "is accepted":
+        "概率相等的词元之间的顺序由你决定：只要保留的个数正确，任何选择都接受",
+    "`new_scores` has the dtype of `scores + log_probs`, or float64 if you score in float64 (both are "
+    "accepted); `parents` and `tokens` are `long`":
+        "`new_scores` 的 dtype 与 `scores + log_probs` 相同，若你用 float64 打分也可以是 float64（两者都接受）；`parents` 和 `tokens` 是 `long`",
+    "no two candidates of a sentence tie in the graded cases, so the order is unique":
+        "在评分用例中，同一个句子的任意两个候选都不会打平，所以顺序是唯一的",
+    "`out`, `k` and `v` have the dtype of the module and of `x`: float32, or float64 after `.double()`":
+        "`out`、`k` 和 `v` 的 dtype 与模块和 `x` 相同：float32，或 `.double()` 之后的 float64",
+    "a Python `int`, whether `dtype` is a torch dtype or a number of bytes (an int or a float)":
+        "一个 Python `int`，无论 `dtype` 是 torch 的 dtype 还是字节数（int 或 float）",
+    "`dtype` may be a torch dtype (`torch.float16`: 2 bytes, `torch.int8`: 1) or the bytes one number "
+    "takes; the grader passes both":
+        "`dtype` 可以是 torch 的 dtype（`torch.float16`：2 字节，`torch.int8`：1 字节），也可以是一个数占的字节数；评分器两种都会传",
 }
 
 
