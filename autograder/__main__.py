@@ -34,7 +34,7 @@ def _grade(args: argparse.Namespace) -> int:
             return 0
     except Exception:  # noqa: BLE001 - the grader failed: results must still exist
         message = traceback.format_exc()
-        write_results(error_results(f"```\n{message}\n```", time.monotonic() - start), args.results)
+        write_results(error_results(message, time.monotonic() - start), args.results)
         print(message, file=sys.stderr)
         return 2
     write_results(to_gradescope(report), args.results)
