@@ -1051,8 +1051,14 @@ def test_38_40_41_the_worker_sees_only_what_grading_needs(host, user):
     around, this checkout and others on the machine: a submission that walks /srv, /opt, /var, /home,
     /root, /work, /mnt, /tmp and this checkout reads no file outside the interpreter; one that searches
     every frame, every object and its whole memory finds no seed, salt, path or text the seed ignores;
-    one that plants Markdown and HTML in every name the feedback shows renders none of it."""
+    one that plants Markdown and HTML in every name the feedback shows renders none of it.
+
+    As ``nobody`` (the grader an ordinary user who owns the course, its files private to it), only the
+    file system is tried (row 38): what the probe and the names find does not depend on the user. Each
+    batch is graded by one process, so the walker, graded last, finds the others' results written."""
     from tests.grader_fixtures import answer_cell
+
+    everything = user == "root"
 
     salt = f"salt-{uuid.uuid4().hex}"
     course = host / "course"
@@ -1067,13 +1073,14 @@ def test_38_40_41_the_worker_sees_only_what_grading_needs(host, user):
                ("control", "VISIBLE-CON", "TROL-TEXT")]
     shown = nbformat.v4.new_code_cell("print('hi')")
     shown.outputs = [nbformat.v4.new_output("stream", name="stdout", text="OUTNEEDLE-IN-OUTPUT\n")]
-    write(notebook(attention=_PROBE.replace("NEEDLES", repr(needles)),
-                   before=[nbformat.v4.new_markdown_cell("MDNEEDLE-IN-MARKDOWN"), shown]),
-          course / "submissions" / "probe")
-    inject = nbformat.v4.new_notebook(cells=[
-        answer_cell(_INJECTOR, by_id("ch06.positionwise_feed_forward").solution_grade_id),
-        answer_cell("raise ImportError(NAME + 'i')\n", by_id("ch06.gelu").solution_grade_id)])
-    write(inject, course / "submissions" / "inject", "inject.ipynb")
+    if everything:
+        write(notebook(attention=_PROBE.replace("NEEDLES", repr(needles)),
+                       before=[nbformat.v4.new_markdown_cell("MDNEEDLE-IN-MARKDOWN"), shown]),
+              course / "submissions" / "probe")
+        inject = nbformat.v4.new_notebook(cells=[
+            answer_cell(_INJECTOR, by_id("ch06.positionwise_feed_forward").solution_grade_id),
+            answer_cell("raise ImportError(NAME + 'i')\n", by_id("ch06.gelu").solution_grade_id)])
+        write(inject, course / "submissions" / "inject", "inject.ipynb")
     (course / "results").mkdir()
     (course / "results" / "earlier.json").write_text('{"score": 9, "note": "EARLIER-RESULTS of someone"}')
     # The instructor's files, on private mounts of the test host (unless the interpreter lives there).
@@ -1094,7 +1101,7 @@ def test_38_40_41_the_worker_sees_only_what_grading_needs(host, user):
 export AUTOGRADER_SALT={salt}
 {run_as}{PYTHON} -m autograder grade {COURSE}/submissions/zz-walker/attention.ipynb \\
   --results {COURSE}/results/graded-alone.json > /dev/null
-{run_as}{PYTHON} -m autograder grade-batch {COURSE}/submissions --results-dir {COURSE}/results --jobs 2 \\
+{run_as}{PYTHON} -m autograder grade-batch {COURSE}/submissions --results-dir {COURSE}/results --jobs 1 \\
   --out {COURSE}/grades.csv > /dev/null
 mkdir "$WORK/out" && cp {COURSE}/results/*.json "$WORK/out/"
 """
@@ -1102,11 +1109,14 @@ mkdir "$WORK/out" && cp {COURSE}/results/*.json "$WORK/out/"
     assert run.returncode == 0, run.stderr[-3000:]
     out = host / "out"
     results = {p.stem: _results(p) for p in out.glob("*.json") if p.stem != "earlier"}  # each renders inert
-    assert set(results) == {"graded-alone", "zz-walker", "bob", "probe", "inject"}, sorted(results)
-    assert "bubblewrap view" in results["bob"]["extra_data"]["sandbox"]
+    assert set(results) == {"graded-alone", "zz-walker", "bob", *(("probe", "inject") if everything else ())}, sorted(
+        results)
+    assert "bubblewrap view" in results["bob"]["extra_data"]["sandbox"] and results["bob"]["score"] == 10.0
     for name in ("graded-alone", "zz-walker"):  # row 38 (and 12): nothing outside the interpreter
         walk = _printed(results[name], "WALK ")
         assert walk["walked"] > 0 and walk["count"] == 0 and walk["markers"] == [], (name, walk)
+    if not everything:
+        return
     probe = _printed(results["probe"], "PROBE ")  # row 40
     assert probe["found"] == ["control (memory)", "control (objects)"] and probe["memory_mb"] > 10, probe
     from autograder.grade import call_seed
