@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 
 from autograder.results import error_results, table, to_gradescope, write_results
 
@@ -23,8 +22,7 @@ def _grade(args: argparse.Namespace) -> int:
         from autograder.extract import SubmissionError
 
         try:
-            report = grade_path(args.submission, chapter=args.chapter, seed=args.seed, public_only=args.public_only,
-                                hide_extra=(str(Path(args.results).resolve().parent),))
+            report = grade_path(args.submission, chapter=args.chapter, seed=args.seed, public_only=args.public_only)
         except SubmissionError as exc:
             results = error_results(str(exc), time.monotonic() - start)
             results["tests"][0]["name"] = "could not read the submission"
@@ -34,7 +32,7 @@ def _grade(args: argparse.Namespace) -> int:
             return 0
     except Exception:  # noqa: BLE001 - the grader failed: results must still exist
         message = traceback.format_exc()
-        write_results(error_results(f"```\n{message}\n```", time.monotonic() - start), args.results)
+        write_results(error_results(message, time.monotonic() - start), args.results)
         print(message, file=sys.stderr)
         return 2
     write_results(to_gradescope(report), args.results)

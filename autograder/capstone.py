@@ -282,9 +282,9 @@ class CapstoneRun(ExerciseRun):
     """A chapter-12 exercise graded on the student's whole course (see the module docstring)."""
 
     def __init__(self, nb: Notebook, exercise, *, submission: tuple[Path, list], seed: int | None,
-                 public_only: bool, limits: Limits, hide: list[str]) -> None:
+                 public_only: bool, limits: Limits) -> None:
         self.submission, self.notebooks = submission
-        super().__init__(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide)
+        super().__init__(nb, exercise, seed=seed, public_only=public_only, limits=limits)
         self.part = exercise.cases(0)[0].driver
         self.limits = Limits(**{**self.limits.__dict__, **LIMITS[self.part]})
         self.values: dict[int, object] = {}
@@ -428,7 +428,7 @@ class CapstoneRun(ExerciseRun):
                    "driver": case.driver}
         worker = None
         try:
-            worker = Worker(setup, self.limits, self.hide, [provided])
+            worker = Worker(setup, self.limits, [provided])
             reply, out, _ = worker.call(request, buffers)
             if not reply.get("ok"):
                 return None, "your code raised " + str(reply.get("error", ""))[:200].split(" (raised in")[0], 0.0

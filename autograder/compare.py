@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from autograder import feedback
 from autograder.exercises.shared import CHECKS
 from autograder.worker import MAX_BUILDS, MAX_NAME_CHARS, MAX_STRUCTURE_ENTRIES, Unsupported, generator_states
 
@@ -37,7 +38,7 @@ def _describe(value) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} items"
     if isinstance(value, Unsupported):
-        return value.why
+        return feedback.code(value.why)  # the worker's words (a class name, say): shown as code
     if isinstance(value, torch.dtype):
         return "a torch dtype"
     return f"a {type(value).__name__}"
@@ -157,7 +158,7 @@ def parse_structure(tree) -> dict:
                     and len(item[0]) <= MAX_NAME_CHARS and shape(item[1])
                     and (width == 2 or type(item[2]) is bool)):
                 raise ValueError(f"malformed entry in {key}")
-        return items
+        return [[feedback.name(item[0]), *item[1:]] for item in items]  # shown between backticks: made inert
 
     if not isinstance(tree, dict) or set(tree) != {"parameters", "buffers", "state_dict"}:
         raise ValueError("malformed structure")

@@ -12,6 +12,12 @@ and call-free assignments (so helpers and constants defined elsewhere still work
 visible tests, plots and training loops do not run); from the exercise's answer cell
 (found by nbgrader ``grade_id``, else the last cell defining the exercise's name) every
 statement. Cells run in notebook order, so the last definition wins, as in a kernel.
+
+What the worker runs is exactly what the seed of the hidden cases hashes: each chunk's syntax
+tree without docstrings, written out again (``normalised``): no comment, no docstring, no
+formatting, no line position and no cell number reaches it, so nothing the seed ignores can
+carry information (a table of answers in a docstring, a comment or the spacing of lines) into
+the worker. Errors name the cell and the line of the notebook all the same (``explain``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from autograder.feedback import code
 from autograder.registry import Exercise
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # one notebook file (the course's are under 2 MB)
@@ -71,27 +78,62 @@ class Unreadable:
 
 @dataclass
 class Extraction:
-    """The code chunks one exercise's worker runs, plus what the student should be told."""
+    """The code chunks one exercise's worker runs, plus what the student should be told.
+
+    Each chunk: ``{"source": normalised code, "label": "cell N", "lines": {line of source: line
+    of the cell}}``; ``cells`` maps each label to the cell's source, for the feedback.
+    """
 
     chunks: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     answer_source: str = ""
     answer_label: str = ""
     error: str | None = None
+    cells: dict[str, str] = field(default_factory=dict)
+
+    def sources(self) -> list[str]:
+        """The chunks' code, in order: all that reaches the worker of the submission."""
+        return [c["source"] for c in self.chunks]
 
     def digest(self) -> str:
-        """Hash of the code as Python parses it: comments, formatting and docstrings do not count,
-        so the same answer gives the same fresh inputs everywhere, and editing a comment does not
-        draw new hidden cases."""
-        return hashlib.sha256("\0".join(_normalised(c["source"]) for c in self.chunks).encode()).hexdigest()
+        """Hash of exactly the code the worker receives: comments, formatting and docstrings do not
+        count (they never reach it), so the same answer gives the same fresh inputs everywhere, and
+        editing a comment does not draw new hidden cases."""
+        return hashlib.sha256("\0".join(self.sources()).encode()).hexdigest()
+
+    def explain(self, error: str) -> str:
+        """A worker's ``"chunk N[, line L]: ..."`` error as ``"cell C[, line K: `that line`]: ..."``,
+        with the cell and line of the notebook (any other text is returned as it is)."""
+        found = _WORKER_ERROR.fullmatch(error)
+        if not found or int(found[1]) >= len(self.chunks):
+            return error
+        chunk = self.chunks[int(found[1])]
+        where = chunk["label"]
+        # The statement that starts last at or before the line: its first line in the cell.
+        starts = [old for new, old in chunk["lines"].items() if found[2] and new <= int(found[2])]
+        cell = self.cells.get(where, "").splitlines()
+        if starts and 0 < starts[-1] <= len(cell):
+            where += f", line {starts[-1]}: `{cell[starts[-1] - 1].strip()[:200]}`"
+        return f"{where}: {found[3]}"
 
 
-def _normalised(source: str) -> str:
-    """``source``'s syntax tree without positions and docstrings (the source itself if it does not parse)."""
-    try:
-        return ast.dump(without_docstrings(ast.parse(source)))
-    except SyntaxError:
-        return source
+_WORKER_ERROR = re.compile(r"chunk (\d+)(?:, line (\d+))?: (.*)", re.S)
+
+
+def normalised(source: str) -> tuple[str, dict[int, int]]:
+    """``source`` as the worker runs it and the seed hashes it: its syntax tree without docstrings,
+    written out by ``ast.unparse`` (no comment, formatting or line position of the original survives);
+    and, for each line of it where a statement or expression starts, the line of ``source`` it came from.
+    ``source`` must parse."""
+    tree = without_docstrings(ast.parse(source))
+    text = ast.unparse(tree)
+    lines: dict[int, int] = {}
+    for new, old in zip(ast.walk(ast.parse(text)), ast.walk(tree)):
+        if type(new) is not type(old):  # (never seen: unparse round-trips) then no line is mapped rather than a wrong one
+            return text, {}
+        if hasattr(new, "lineno") and hasattr(old, "lineno"):
+            lines.setdefault(new.lineno, old.lineno)
+    return text, dict(sorted(lines.items()))
 
 
 def without_docstrings(tree: ast.Module) -> ast.Module:
@@ -154,7 +196,7 @@ def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
             raise ValueError("not a notebook (no list of cells)")
     except Exception as exc:  # noqa: BLE001 - any parser failure means "unreadable"
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        return Unreadable(name, f"could not read notebook: {first}")
+        return Unreadable(name, f"could not read notebook: {code(first)}")
     cells = []
     for index, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -332,29 +374,33 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
         result.error = f"no definition of `{exercise.name}` was found in the notebook"
         return result
     if answer[1] is None:
-        result.error = f"your answer cell has a syntax error ({answer[2]}); Python cannot run it"
+        result.error = f"your answer cell has a syntax error ({code(answer[2])}); Python cannot run it"
         return result
     for cell, body, source in parsed:
         label = f"cell {cell.index + 1}"
         if body is None:
-            result.notes.append(f"{label} has a syntax error ({source}) and was skipped")
+            result.notes.append(f"{label} has a syntax error ({code(source)}) and was skipped")
             continue
+        result.cells[label] = source
         if cell is answer[0]:
-            result.chunks.append({"label": label, "source": source})
+            result.chunks.append(_chunk(label, source))
             result.answer_source, result.answer_label = source, label
             continue
         lines = source.splitlines()
         for node in (n for n in body if _is_kept(n)):
             # One chunk per statement, so a failing import does not take the next ones with it;
-            # blank lines in front keep the line numbers of the cell in tracebacks.
+            # blank lines in front keep the line numbers of the cell.
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            text = "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])
-            result.chunks.append({"label": label, "source": text})
+            result.chunks.append(_chunk(label, "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])))
             if cell.index > answer[0].index and _defines(node, exercise.name):
                 result.notes.append(f"`{exercise.name}` is defined again in {label}, after the answer cell; "
                                     "as in a kernel, the last definition was graded")
     return result
 
+
+def _chunk(label: str, source: str) -> dict:
+    text, lines = normalised(source)
+    return {"label": label, "source": text, "lines": lines}
 
 
 def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:

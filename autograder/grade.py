@@ -18,7 +18,6 @@ import marshal
 import os
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -30,13 +29,12 @@ from autograder.compare import (Verdict, changed_inputs, compare, compare_attrib
 from autograder.exercises.shared import CHECKS, Case, resolve
 from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_notebook, read_submission,
                                 shortcut_uses, without_docstrings)
-from autograder.feedback import bound, fenced
+from autograder.feedback import bound, code, fenced
 from autograder.gradescope import packaged_salt
 from autograder.mistakes import compiled
 from autograder.registry import REGISTRY, Exercise
 from autograder.results import ERROR_NOTE, Report, TestResult
-from autograder.sandbox import (Limits, SandboxFailed, Worker, WorkerDied, fork_server, hidden_paths, isolation,
-                                kill_all)
+from autograder.sandbox import Limits, SandboxFailed, Worker, WorkerDied, fork_server, isolation, kill_all
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
 
@@ -69,12 +67,23 @@ def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]
     return "\n".join(["from __future__ import annotations", *imports, *bodies]), names, modules
 
 
+def _salt() -> str:
+    """The course's secret salt: ``AUTOGRADER_SALT``, else the one a Gradescope package carries."""
+    return os.environ.get("AUTOGRADER_SALT") or packaged_salt()
+
+
 def default_seed(exercise: Exercise, extraction: Extraction) -> int:
-    """Fresh inputs per submission: a hash of the answer code (comments and formatting aside)
-    and the course's secret salt (``AUTOGRADER_SALT``, else the one a Gradescope package carries)."""
-    salt = os.environ.get("AUTOGRADER_SALT") or packaged_salt()
-    digest = hashlib.sha256(f"{salt}|{exercise.id}|{extraction.digest()}".encode()).hexdigest()
+    """Fresh inputs per submission: a hash of the code the worker runs (normalised: comments,
+    docstrings and formatting never reach it) and the course's secret salt."""
+    digest = hashlib.sha256(f"{_salt()}|{exercise.id}|{extraction.digest()}".encode()).hexdigest()
     return int(digest[:8], 16)
+
+
+def call_seed(seed: int, number: int) -> int:
+    """The seed of case ``number``'s call: torch's generator, the dropout masks and the gradient probe,
+    in the worker and in the harness alike. A hash of the submission's ``seed`` (which drew every
+    hidden case) and the salt, so the worker, which sees it, learns nothing of that seed."""
+    return int(hashlib.sha256(f"{_salt()}|{seed}|{number}".encode()).hexdigest()[:8], 16)
 
 
 def _pack(value, buffers: list[bytes]):
@@ -326,8 +335,8 @@ class ExerciseRun:
     """
 
     def __init__(self, nb: Notebook, exercise: Exercise, *, seed: int | None, public_only: bool,
-                 limits: Limits, hide: list[str]) -> None:
-        self.exercise, self.hide = exercise, hide
+                 limits: Limits) -> None:
+        self.exercise = exercise
         self.extraction = self.extract(nb)
         self.seed = default_seed(exercise, self.extraction) if seed is None else seed
         all_cases = graded_cases(exercise, self.seed)
@@ -351,7 +360,7 @@ class ExerciseRun:
             # Only bytecode without docstrings travels: the worker holds no readable reference, even
             # of a prerequisite that is another exercise of the chapter being graded.
             self.provided = marshal.dumps(compile(without_docstrings(ast.parse(source)), "<provided>", "exec"))
-            self.setup = {"chunks": self.extraction.chunks, "name": exercise.name, "provided_names": names,
+            self.setup = {"chunks": self.extraction.sources(), "name": exercise.name, "provided_names": names,
                           "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES)}
 
     def extract(self, nb: Notebook) -> Extraction:
@@ -360,6 +369,9 @@ class ExerciseRun:
 
     def name(self, number: int) -> str:
         return _case_name(self.exercise, self.cases[number])
+
+    def call_seed(self, number: int) -> int:
+        return call_seed(self.seed, number)
 
     def case_result(self, number: int) -> TestResult:
         """Run case ``number`` and keep its result (which the graded test then asserts on)."""
@@ -396,8 +408,9 @@ class ExerciseRun:
         try:
             if self.worker is None:
                 self._start_worker()
-            request, buffers, state = build_request(exercise, case, self.reference, self.seed + number)
-            request["id"] = f"{number}-{self.seed}"
+            # The per-call seed and a neutral id: nothing in the request names the exercise's seed.
+            request, buffers, state = build_request(exercise, case, self.reference, self.call_seed(number))
+            request["id"] = f"case {number}"
             reply, out, seconds = self.worker.call(request, buffers)
         except WorkerDied as died:
             self.printed.append(self.worker.captured_output() if self.worker else died.output)
@@ -410,11 +423,11 @@ class ExerciseRun:
         if reply.get("ok") and seconds > exercise.time_budget_s:
             self.slow.append(f"{case.title}: {seconds:.2f} s")
         return _judge(exercise, case, self.name(number), self.weights[number], self.reference, reply, out, state,
-                      self.seed + number)
+                      self.call_seed(number))
 
     def _start_worker(self) -> None:
         try:
-            self.worker = Worker(self.setup, self.limits, self.hide, [self.provided])
+            self.worker = Worker(self.setup, self.limits, [self.provided])
         except SandboxFailed as failed:  # nothing of the student's ran: fail closed, as the grader's fault
             self.load_failure = f"{ERROR_NOTE}: {failed.reason}"
             raise
@@ -424,13 +437,14 @@ class ExerciseRun:
         ready = self.worker.ready
         # Errors in other cells are mostly harmless here (their code runs without the calls it
         # relied on); they are shown only when the answer itself is missing.
-        label = self.extraction.answer_label + ":"
-        errors = [e for e in ready.get("errors", []) if e.startswith(label) or not ready.get("found")]
+        explained = [self.extraction.explain(e) for e in ready.get("errors", [])]
+        label = self.extraction.answer_label
+        errors = [e for e in explained if e.startswith((label + ":", label + ",")) or not ready.get("found")]
         if errors and not any(n.startswith("error while running") for n in self.notes):
             self.notes += [f"error while running your code:\n\n{fenced(e)}" for e in errors]
         if not ready.get("found"):
             # Every case meets the same missing name: each says why, and no worker runs for nothing.
-            self.load_failure = not_defined(self.exercise.name, ready.get("errors", []))
+            self.load_failure = not_defined(self.exercise.name, explained)
             self._stop_worker()
             raise _NotDefined(self.load_failure)
 
@@ -490,16 +504,16 @@ def not_defined(name: str, errors: list[str]) -> str:
     memory = [e for e in errors if _is_memory_error(e)]
     imports = [e for e in errors if "ImportError" in e or "ModuleNotFoundError" in e]
     if memory:
-        return (f"{missing}: your code ran out of memory while it was loading ({memory[0][:300]}). The memory "
+        return (f"{missing}: your code ran out of memory while it was loading ({code(memory[0])}). The memory "
                 "limit counts only what your code allocates, beyond what the grader itself holds")
     if imports:
         why = imports[0][:400]
         blocked = any(f"`{package}" in why or f"'{package}" in why or f"{package}." in why
                       for package in BLOCKED_PACKAGES)
-        if blocked and "not available while grading" not in why:  # (the worker's own refusal says so already)
-            why += ("; importing the course's reference (`tfm_solution`) or the grader is not allowed in an answer: "
-                    "what an exercise may use from earlier chapters is provided already")
-        return f"{missing}: an import failed ({why})"
+        hint = ("; importing the course's reference (`tfm_solution`) or the grader is not allowed in an answer: "
+                "what an exercise may use from earlier chapters is provided already")
+        # (the worker's own refusal says so already)
+        return f"{missing}: an import failed ({code(why, 400)}{hint if blocked and 'not available' not in why else ''})"
     return missing + ("" if errors else " (is the answer cell still a stub?)")
 
 
@@ -541,7 +555,7 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         return TestResult(name, weight, weight, "\n\n".join(lines + ["passed"]))
     unloaded = reply.get("unloaded")
     if case.construct is not None and isinstance(unloaded, list) and unloaded:
-        names = ", ".join(f"`{n}`" for n in unloaded[:12] if isinstance(n, str))
+        names = ", ".join(code(n) for n in unloaded[:12] if isinstance(n, str))
         found.lines.append(f"the reference's weights did not all fit your module ({names}): see the structure line")
     # A declared mistake is recognised by the values it returns: only wrong values are compared with them.
     diagnosis = [] if found.answer_ok else _diagnose(exercise, case, got, state, seed=seed)
@@ -582,16 +596,13 @@ def select_exercises(notebooks: list, chapter: str | None) -> list[tuple[Exercis
 
 
 def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int | None = None,
-               public_only: bool = False, limits: Limits | None = None,
-               only: str | None = None, hide_extra: tuple[str, ...] = ()) -> Report:
-    """Grade a notebook, folder or zip. ``only`` restricts to one exercise id (the hook);
-    ``hide_extra`` names more folders the workers must not see (where results go)."""
+               public_only: bool = False, limits: Limits | None = None, only: str | None = None) -> Report:
+    """Grade a notebook, folder or zip. ``only`` restricts to one exercise id (the hook). The
+    workers see none of it but the extracted code (their file system is an allowlist)."""
     start = time.monotonic()
     report = Report()
     limits = limits or Limits()
     notebooks = read_submission(path)
-    # The submission's folder and its parent (where other submissions of a batch lie).
-    hide = hidden_paths([Path(path).resolve(), Path(path).resolve().parent, *hide_extra])
     chosen = select_exercises(notebooks, chapter)
     if only is not None:
         chosen = [(e, nb) for e, nb in chosen if e.id == only] or [
@@ -607,8 +618,7 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
                 if isinstance(nb, Notebook):
                     runner = resolve(exercise.runner) if exercise.runner else ExerciseRun
                     more = {"submission": (Path(path), notebooks)} if exercise.runner else {}
-                    runs.append(runner(nb, exercise, seed=seed, public_only=public_only, limits=limits, hide=hide,
-                                       **more))
+                    runs.append(runner(nb, exercise, seed=seed, public_only=public_only, limits=limits, **more))
             run_checks(runs)
     finally:
         kill_all()  # whatever was raised: every worker, and all it started, is gone before results exist

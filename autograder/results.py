@@ -13,6 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.feedback import fenced
+
 ERROR_NOTE = "autograder error (not your fault)"
 ERROR_TEST = ERROR_NOTE
 
@@ -125,11 +127,12 @@ def _test(test: TestResult) -> dict:
 
 
 def error_results(message: str, execution_time: float = 0.0) -> dict:
-    """Results for a run in which the grader itself failed: still valid, still visible."""
+    """Results for a run in which the grader itself failed: still valid, still visible. The message
+    (a traceback, a reason) may quote the submission: it is shown as code."""
     return {"score": 0.0, "execution_time": round(execution_time, 3),
             "output": "The autograder failed; your instructor has been shown the error.", "output_format": "md",
             "tests": [{"name": ERROR_TEST, "score": 0.0, "max_score": 0.0, "status": "failed",
-                       "output": message[-4000:], "output_format": "md", "visibility": "visible"}]}
+                       "output": fenced(message[-4000:], 4000), "output_format": "md", "visibility": "visible"}]}
 
 
 def write_results(results: dict, path: str | os.PathLike) -> None:

