@@ -221,15 +221,15 @@ def test_the_course_models_weights_fit_the_solutions_model_and_translate_as_the_
 
 # ----------------------------------------------------------------------------- the planted bugs
 
-PASS_VISIBLE = {"masks", "attention", "multi-head attention", "feed-forward", "LayerNorm", "SublayerConnection",
-                "encoder and decoder layers", "embeddings", "positional encoding", "glue"}
+PASS_VISIBLE = {"masks", "SublayerConnection", "embeddings", "positional encoding", "glue"}
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize("component", list(spec.PLANTED))
 def test_planted_bugs_and_their_chapters_visible_tests(component):
-    """Ten planted bugs pass their own chapter's visible tests (what makes them worth diagnosing); for the
-    other four components every bug found that stops the model from learning is caught by them."""
+    """Five planted bugs pass their own chapter's visible tests (what makes them worth diagnosing); five cut
+    the graph, which the contract's visible tests catch; for the other four components every bug found that
+    stops the model from learning is caught by them."""
     grade_id, _, source = spec.PLANTED[component]
     failure = diagnosis_script.visible_tests(grade_id, source)
     assert (failure is None) == (component in PASS_VISIBLE), failure
