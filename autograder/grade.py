@@ -18,6 +18,7 @@ import marshal
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 

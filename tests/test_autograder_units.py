@@ -20,8 +20,8 @@ from autograder.cases import CASES, built, case_points, graded_cases
 from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
                                 read_submission)
-from autograder.grade import (Report, TestResult, _diagnose, _expected, _judge, _provided, _reference_state,
-                              default_seed, error_text, resolve, verdict)
+from autograder.grade import (Report, TestResult, _expected, _judge, _provided, _reference_state, default_seed,
+                              resolve)
 from autograder.registry import REGISTRY, Exercise, by_id
 from autograder.results import GRADESCOPE_SCHEMA, error_results, split_points, to_gradescope
 from tests.grader_fixtures import ATTENTION, notebook

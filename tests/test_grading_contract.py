@@ -6,7 +6,6 @@ tests, and the machinery the universal checks rest on (the wire, the module walk
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from autograder.cases import graded_cases, initial_names
 from autograder.compare import compare
 from autograder.contract import START, clauses, marked, markdown, statement_index, visible_cells
 from autograder.exercises.shared import CHECKS, MUTANT_CEILING, resolve
-from autograder.registry import REGISTRY, by_chapter, by_id
+from autograder.registry import REGISTRY, by_id
 from autograder.sandbox import REPO_ROOT, _check_value, _Malformed
 
 from .grader_fixtures.inprocess import PRELUDE, grade_source
