@@ -1194,7 +1194,8 @@ def test_39_answers_hidden_where_the_seed_does_not_look_never_reach_the_worker(t
     reports = []
     for number, table in enumerate(([], None)):
         if table is None:  # round 2: what round 1 printed, answered offline
-            asked = [ast.literal_eval(line.removeprefix("ASKED "))
+            # The printed arguments hold dtypes (``torch.float16``): read back with torch as the only name.
+            asked = [eval(line.removeprefix("ASKED "), {"__builtins__": {}, "torch": torch})
                      for line in _outputs(reports[0], "ch11.kv_cache_bytes").splitlines() if line.startswith("ASKED ")]
             table = [kv_cache_bytes(*a) for a in asked]
             assert 4 <= len(table) <= 8, asked

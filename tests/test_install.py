@@ -83,7 +83,7 @@ def test_the_address_lives_in_config_only_and_the_cell_is_rewritten_from_it(tmp_
 #: except the graded cells (they call the grader, an instructor's tool); every widget must serialise
 #: into the state a static page needs. Prints a line starting with argv[1] per notebook, after its own output.
 _RUNNER = r'''
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 import ipywidgets
 from ipywidgets.embed import embed_data
@@ -93,6 +93,7 @@ REPORT = sys.argv[1]
 shell = InteractiveShell.instance()
 for path in map(Path, sys.argv[2:]):
     start, widgets = time.time(), 0
+    os.chdir(path.parent)  # as Jupyter runs a notebook: chapter 12 finds the earlier chapters beside its folder
     for cell in json.loads(path.read_text())["cells"]:
         if cell["cell_type"] != "code" or cell["metadata"].get("nbgrader", {}).get("grade"):
             continue

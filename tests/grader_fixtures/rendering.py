@@ -1,6 +1,6 @@
 """Results rendered the way Gradescope shows them (Markdown to HTML), to find student text that became markup.
 
-The grader's own feedback is paragraphs, lists, code and its bold "Diagnosis" lines; everything a
+The grader's own feedback is paragraphs, lists, code and its bold "Diagnosis" and "Contract" labels; everything a
 student controls must stay inside code. ``assert_inert(results)`` renders every output of a
 ``results.json`` with CommonMark (raw HTML allowed, as the strictest reading) and checks both the
 token stream and the HTML it gives.
@@ -73,7 +73,8 @@ def assert_inert(results: dict, student_words: tuple[str, ...] = ()) -> None:
         assert not tokens, (name, tokens, text[:3000])
         found = rendered(text)
         assert found.tags <= ALLOWED, (name, found.tags - ALLOWED, text[:3000])
-        assert all(b.startswith("Diagnosis:") for b in found.bold), (name, found.bold)
+        # The grader's own labels are the only bold text: diagnoses and the contract's clauses.
+        assert all(b.startswith(("Diagnosis:", "Contract:")) for b in found.bold), (name, found.bold)
         outside = "".join(found.outside)
         leaked = [w for w in student_words if w in outside]
         assert not leaked, (name, leaked, text[:3000])
