@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.cases import graded_cases
 from autograder.grade import Report, grade_path
 from autograder.registry import by_id
 from autograder.sandbox import POLL_S, OwnTime
@@ -67,7 +68,7 @@ def test_a_failed_import_says_which_import_and_why(tmp_path):
     assert "`attention` is not defined after running your code: an import failed" in text
     assert "line 1: `from tfm_solution.attention import attention`" in text
     assert "`tfm_solution` is not available while grading: an answer may not import the course's reference" in text
-    assert "KeyError" not in text and text.count("an import failed") == len(by_id("ch03.attention").cases(0))
+    assert "KeyError" not in text and text.count("an import failed") == len(graded_cases(by_id("ch03.attention"), 0))
     report = _attention_only(tmp_path / "missing", "import torch_extras_nobody_has\n" + ATTENTION)
     text = _feedback(report)
     assert "an import failed" in text and "ModuleNotFoundError" in text and "torch_extras_nobody_has" in text

@@ -91,7 +91,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 REPORT = sys.argv[1]
 shell = InteractiveShell.instance()
-for path in map(Path, sys.argv[2:]):
+for path in [Path(p).resolve() for p in sys.argv[2:]]:
     start, widgets = time.time(), 0
     os.chdir(path.parent)  # as Jupyter runs a notebook: chapter 12 finds the earlier chapters beside its folder
     for cell in json.loads(path.read_text())["cells"]:
