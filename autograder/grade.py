@@ -38,6 +38,8 @@ from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, SandboxFailed, Worker, WorkerDied, fork_server, isolation, kill_all
 
 BLOCKED_PACKAGES = ("tfm_solution", "autograder")
+LONG_ERROR = 600
+"""An error longer than this (characters) is given whole once per exercise (``ExerciseRun._error``)."""
 
 
 def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]:
@@ -384,6 +386,16 @@ class ExerciseRun:
         self.results[number] = result
         return result
 
+    def _error(self, number: int) -> str:
+        """Why the answer could not be run: whole on the exercise's first line; on the others, when it is a
+        list (chapter 12 names every missing answer of chapters 1-11), its first and last paragraphs only,
+        so that one list repeated on every case cannot fill the run's feedback."""
+        error = self.extraction.error
+        paragraphs = error.split("\n\n")
+        if number == 0 or len(paragraphs) < 3 or len(error) <= LONG_ERROR:
+            return error
+        return "\n\n".join([paragraphs[0], f"(listed in full on the line `{self.name(0)}`)", paragraphs[-1]])
+
     def _fail(self, number: int, why: str) -> TestResult:
         return TestResult(self.name(number), 0.0, self.weights[number],
                           f"Checked: {self.cases[number].checks}.\n\n{why}")
@@ -391,7 +403,7 @@ class ExerciseRun:
     def _run(self, number: int) -> TestResult:
         case, exercise = self.cases[number], self.exercise
         if self.extraction.error:
-            return TestResult(self.name(number), 0.0, self.weights[number], self.extraction.error)
+            return TestResult(self.name(number), 0.0, self.weights[number], self._error(number))
         # One exercise may take three calls' and one start's own time (its workers' CPU and waiting
         # time, never the machine's load); the wall clock is only a generous backstop, started once
         # the fork server is up (importing torch is the grader's time, not the exercise's).
