@@ -326,9 +326,12 @@ def test_the_chinese_pages_are_chinese_except_what_is_pending(zh_site):
     for page in _toc_pages():
         html = (zh_site / page).read_text()
         title = re.search(r"<h1>(.*?)<", html, re.S)[1]
-        # The prose paragraphs (not code, outputs or widget state).
+        # The prose paragraphs: not code, outputs or widget state; not a paragraph of inline code and
+        # formulas only (a table cell naming modules or functions); not the references (cited as published).
         prose = re.sub(r"<script.*?</script>", "", html, flags=re.S)
-        paragraphs = [html_lib.unescape(re.sub(r"<[^>]+>", "", p)) for p in re.findall(r"<p>(.*?)</p>", prose, re.S)]
+        prose = re.sub(r'<section id="[^"]*">\s*<h2>参考文献.*?</section>', "", prose, flags=re.S)
+        paragraphs = [html_lib.unescape(re.sub(r"<[^>]+>", "", p)) for p in re.findall(r"<p>(.*?)</p>", prose, re.S)
+                      if re.search(r"[^\W\d_]", re.sub(r"<code.*?</code>|\\\(.*?\\\)", "", p, flags=re.S))]
         chinese = [p for p in paragraphs if CJK.search(p)]
         if page.removesuffix(".html") in pending:
             assert "译文待补" in html, page

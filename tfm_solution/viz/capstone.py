@@ -89,8 +89,9 @@ class TrainingMonitor(widgets.VBox):
         return f'<div style="{_FONT}">{chart}{table}</div>'
 
     def finish(self) -> FrameCube:
-        """The replay: a slider over the recorded chunks."""
-        slider = widgets.SelectionSlider(options=[f"{s}" for s, _, _ in self.records], value=f"{self.records[-1][0]}",
+        """The replay: a slider over the recorded chunks. It starts at the first chunk, like the other
+        chapters' training replays, so moving it forward plays the run; the live chart ended on the last."""
+        slider = widgets.SelectionSlider(options=[f"{s}" for s, _, _ in self.records], index=0,
                                          description="after step", continuous_update=True,
                                          layout=widgets.Layout(width="460px"))
         replay = FrameCube([slider], lambda k: self._frame(k))
