@@ -32,11 +32,11 @@ from pathlib import Path, PurePosixPath
 import torch
 
 from autograder import worker as wire
-from autograder.course_code import gather
+from autograder.course_code import CAPSTONE, chapters_beside, gather
 from autograder.exercises import ch12_capstone as spec
 from autograder.extract import Extraction, Notebook, without_docstrings
 from autograder.feedback import fenced
-from autograder.grade import ExerciseRun, _pack_args, _provided
+from autograder.grade import ExerciseRun, _pack_args, _provided, value_of
 from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, Worker, WorkerDied
 
@@ -284,11 +284,20 @@ class CapstoneRun(ExerciseRun):
     def __init__(self, nb: Notebook, exercise, *, submission: tuple[Path, list], seed: int | None,
                  public_only: bool, limits: Limits) -> None:
         self.submission, self.notebooks = submission
+        beside: list = []
+        if self.submission.is_file() and self.submission.suffix == ".ipynb" \
+                and self.submission.parent.name == CAPSTONE:
+            # A lone capstone notebook is graded with the chapter folders beside its own, as in the notebook.
+            beside = chapters_beside(self.submission)
+            self.notebooks = [*self.notebooks, *beside]
         super().__init__(nb, exercise, seed=seed, public_only=public_only, limits=limits)
+        if beside:
+            self.notes.append(f"chapters 1-11: read from the {len(beside)} chapter notebooks in the folders beside "
+                              f"{CAPSTONE}/ ({self.submission.parent.parent.name}/)")
         self.part = exercise.cases(0)[0].driver
         self.limits = Limits(**{**self.limits.__dict__, **LIMITS[self.part]})
         self.values: dict[int, object] = {}
-        self.cases = [replace(c, rule=self._recording(i, c.rule)) for i, c in enumerate(self.cases)]
+        self.cases = [replace(c, rule=self._recording(i, c)) for i, c in enumerate(self.cases)]
         self.attached: tuple = ()
         self.attachment_problem: str | None = None
         if not self.extraction.error:
@@ -300,8 +309,14 @@ class CapstoneRun(ExerciseRun):
     def extract(self, nb: Notebook) -> Extraction:
         return gather(self.notebooks, nb, self.exercise)
 
-    def _recording(self, number: int, judge):
+    def _recording(self, number: int, case):
+        """``case``'s rule, given the answer and keeping it for the diagnosis. The harness hands a rule the
+        worker's whole record, which for a watched case wraps the answer with the arguments after the call
+        (already checked for its shape there, ``value_of``)."""
+        judge = case.rule
+
         def recorded(got):
+            got = value_of(case, got)
             self.values[number] = got
             return judge(got)
 
