@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -272,7 +273,11 @@ def _lines(report, exercise_id):
 
 
 @pytest.mark.slow
-def test_part_a_gives_the_solution_full_marks():
+def test_part_a_gives_the_solution_full_marks_and_names_a_planted_bug(tmp_path):
+    """The solution: full marks, no diagnosis. Then the solution with chapter 8's `make_model` swapping
+    MultiHeadedAttention's arguments (the cheapest planted bug to diagnose: every probe without the course's
+    `make_model` fails at once, so only two of them train), graded end to end: 0, and the diagnosis names
+    `make_model` after training with the course's in its place."""
     report = grade_path(SOLUTIONS, chapter="12", only="ch12.reversal")
     lines = _lines(report, "ch12.reversal")
     assert report.exercise_score("ch12.reversal") == 12, [t.output for t in lines.values()]
@@ -280,14 +285,30 @@ def test_part_a_gives_the_solution_full_marks():
     assert f"trained {spec.TASK['steps']} of {spec.TASK['steps']} optimizer steps" in top
     assert "Diagnosis" not in "".join(t.output for t in lines.values())
 
+    grade_id, _, source = spec.PLANTED["make_model"]
+    report = grade_path(diagnosis_script.submission_with(tmp_path / "course", grade_id, source), chapter="12",
+                        only="ch12.reversal")
+    lines = _lines(report, "ch12.reversal")
+    assert report.exercise_score("ch12.reversal") == 0
+    assert "your code raised" in lines["exact match at least 95%"].output
+    notes = lines["ch12.reversal notes"].output
+    hint = next(c[4] for c in spec.COMPONENTS if c[0] == "make_model")
+    assert "**Diagnosis: make_model** (chapter 8's `make_model`)" in notes and hint in notes, notes
+    alone = re.search(r"^- the course's make_model: ([\d.]+)%$", notes, re.M)  # the culprit alone, replaced
+    assert alone and float(alone.group(1)) >= 100 * spec.ACCURACY_BANDS[-1], notes
+
 
 @pytest.mark.slow
 def test_part_a_and_b_give_the_untouched_notebooks_zero_naming_each_missing_chapter():
-    report = grade_path(CHAPTERS, chapter="12")
+    """As a student runs it: the lone capstone notebook, its chapters found in the folders beside its own."""
+    report = grade_path(CHAPTERS / "12_capstone" / "capstone.ipynb", chapter="12")
     assert report.score == 0 and report.max_score == 24
     for line in (t for t in report.tests if t.max_score > 0):
-        assert "not implemented" in line.output and "chapter 1 (01_embeddings/embeddings.ipynb): `Embeddings`" \
-            in line.output
+        assert "not implemented" in line.output
+        for piece in (p for p in PIECES if p.required):
+            assert f"{piece.where}: `{piece.name}` is not implemented yet" in line.output, piece
+    notes = [t.output for t in report.tests if t.name.endswith("notes")]
+    assert notes and all("read from the 11 chapter notebooks in the folders beside 12_capstone/" in n for n in notes)
 
 
 def _searched(fixes) -> tuple[str, list]:
