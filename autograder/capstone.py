@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import marshal
+import re
 import zipfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
@@ -342,6 +343,22 @@ class CapstoneRun(ExerciseRun):
         self.attached = ({"module": "weight_names", "names": names}, *(weights[n] for n in names), sources)
 
     def _run(self, number: int) -> TestResult:
+        result = self._run_case(number)
+        return replace(result, output=_RAISED_IN.sub(self._located, result.output))
+
+    def _located(self, found: re.Match) -> str:
+        """``raised in chunk N, line L`` as the chunk's place in the student's notebooks (chapter, answer, line)."""
+        chunks, number, line = self.extraction.chunks, int(found[1]), int(found[2])
+        if number >= len(chunks):
+            return found[0]
+        if "lines" in chunks[number]:  # a chunk of this notebook, normalised
+            return "raised in " + self.extraction.explain(f"chunk {number}, line {line}: ").removesuffix(": ")
+        # a chapter's answer, run as written from the top of its cell (``course_code.gather``)
+        lines = chunks[number]["source"].splitlines()
+        shown = f": `{lines[line - 1].strip()[:200]}`" if 0 < line <= len(lines) else ""
+        return f"raised in {chunks[number]['label']}, line {line}{shown}"
+
+    def _run_case(self, number: int) -> TestResult:
         case = self.cases[number]
         if case.driver != "translation" or self.extraction.error:
             return super()._run(number)
@@ -375,7 +392,7 @@ class CapstoneRun(ExerciseRun):
         value = self.values.get(top)
         eval_seed = self.cases[top].args[1]
         band = spec.ACCURACY_BANDS[-1]
-        yours = "your run failed"
+        yours = "your own run raised an error"
         if value is not None:
             try:
                 accuracy, forced, _ = part_a_scores(eval_seed, value)
@@ -395,12 +412,17 @@ class CapstoneRun(ExerciseRun):
         runs: list[str] = []
         spent = [0.0]
 
+        seen: dict[tuple[int, ...], bool] = {}
+
         def fixed(indices: list[int]) -> bool:
+            if tuple(indices) in seen:  # the last halving may have tried the culprit alone already
+                return seen[tuple(indices)]
             share, why, cpu = self._probe(indices, eval_seed)
             spent[0] += cpu
             label = ", ".join(components[i][0] for i in indices)
             runs.append(f"the course's {label}: " + (f"{share:.1%}" if share is not None else why))
-            return share is not None and share >= spec.ACCURACY_BANDS[-1]
+            seen[tuple(indices)] = share is not None and share >= spec.ACCURACY_BANDS[-1]
+            return seen[tuple(indices)]
 
         low, high = 1, len(components)  # the shortest prefix that fixes training lies in low .. high
         while low < high and len(runs) < DIAGNOSIS_PROBES - 1:
@@ -458,6 +480,9 @@ class CapstoneRun(ExerciseRun):
             if worker is not None:
                 worker.kill()
 
+
+_RAISED_IN = re.compile(r"raised in chunk (\d+), line (\d+)")
+"""Where the worker says an error of the student's code was raised (``worker._located``)."""
 
 _MODULE_OF_ITS_OWN = "import sys as _sys, types as _types\n_sys.modules.setdefault(__name__, _types.ModuleType(__name__))\n"
 """The provided code's module name gets an (empty) module: dataclasses look their module up while being defined."""

@@ -334,7 +334,21 @@ def test_the_diagnosis_search_names_the_one_component_that_fixes_training(culpri
     name, _, _, _, hint = spec.COMPONENTS[culprit]
     assert line.startswith(f"**Diagnosis: {name}**") and hint in line, line
     assert len(probes) <= harness.DIAGNOSIS_PROBES - 1 and probes[-1] == [culprit]
+    assert len(set(map(tuple, probes))) == len(probes)  # no training run twice (masks: the last halving is alone)
     assert f"{len(probes)} more training runs, {10 * len(probes)} CPU seconds" in line
+
+
+@pytest.mark.fast
+def test_an_error_in_a_chapters_answer_is_shown_where_the_student_wrote_it():
+    notebooks = read_submission(SOLUTIONS)
+    run = harness.CapstoneRun.__new__(harness.CapstoneRun)
+    run.extraction = gather(notebooks, _capstone(notebooks), by_id("ch12.reversal"))
+    number = next(i for i, c in enumerate(run.extraction.chunks) if c["label"].endswith("`Batch`"))
+    line = next(i for i, text in enumerate(run.extraction.chunks[number]["source"].splitlines(), 1)
+                if "subsequent_mask(" in text)
+    said = harness._RAISED_IN.sub(run._located, f"RuntimeError: size (raised in chunk {number}, line {line}, in `f`)")
+    assert said.startswith(f"RuntimeError: size (raised in chapter 4 (04_masks/masks.ipynb), `Batch`, line {line}: `")
+    assert "subsequent_mask(" in said and said.endswith(", in `f`)"), said
 
 
 @pytest.mark.fast
