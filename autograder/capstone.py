@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import marshal
+import re
 import zipfile
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
@@ -32,11 +33,11 @@ from pathlib import Path, PurePosixPath
 import torch
 
 from autograder import worker as wire
-from autograder.course_code import gather
+from autograder.course_code import CAPSTONE, chapters_beside, gather
 from autograder.exercises import ch12_capstone as spec
 from autograder.extract import Extraction, Notebook, without_docstrings
 from autograder.feedback import fenced
-from autograder.grade import ExerciseRun, _pack_args, _provided
+from autograder.grade import ExerciseRun, _pack_args, _provided, value_of
 from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, Worker, WorkerDied
 
@@ -284,11 +285,20 @@ class CapstoneRun(ExerciseRun):
     def __init__(self, nb: Notebook, exercise, *, submission: tuple[Path, list], seed: int | None,
                  public_only: bool, limits: Limits) -> None:
         self.submission, self.notebooks = submission
+        beside: list = []
+        if self.submission.is_file() and self.submission.suffix == ".ipynb" \
+                and self.submission.parent.name == CAPSTONE:
+            # A lone capstone notebook is graded with the chapter folders beside its own, as in the notebook.
+            beside = chapters_beside(self.submission)
+            self.notebooks = [*self.notebooks, *beside]
         super().__init__(nb, exercise, seed=seed, public_only=public_only, limits=limits)
+        if beside:
+            self.notes.append(f"chapters 1-11: read from the {len(beside)} chapter notebooks in the folders beside "
+                              f"{CAPSTONE}/ ({self.submission.parent.parent.name}/)")
         self.part = exercise.cases(0)[0].driver
         self.limits = Limits(**{**self.limits.__dict__, **LIMITS[self.part]})
         self.values: dict[int, object] = {}
-        self.cases = [replace(c, rule=self._recording(i, c.rule)) for i, c in enumerate(self.cases)]
+        self.cases = [replace(c, rule=self._recording(i, c)) for i, c in enumerate(self.cases)]
         self.attached: tuple = ()
         self.attachment_problem: str | None = None
         if not self.extraction.error:
@@ -300,8 +310,14 @@ class CapstoneRun(ExerciseRun):
     def extract(self, nb: Notebook) -> Extraction:
         return gather(self.notebooks, nb, self.exercise)
 
-    def _recording(self, number: int, judge):
+    def _recording(self, number: int, case):
+        """``case``'s rule, given the answer and keeping it for the diagnosis. The harness hands a rule the
+        worker's whole record, which for a watched case wraps the answer with the arguments after the call
+        (already checked for its shape there, ``value_of``)."""
+        judge = case.rule
+
         def recorded(got):
+            got = value_of(case, got)
             self.values[number] = got
             return judge(got)
 
@@ -327,6 +343,22 @@ class CapstoneRun(ExerciseRun):
         self.attached = ({"module": "weight_names", "names": names}, *(weights[n] for n in names), sources)
 
     def _run(self, number: int) -> TestResult:
+        result = self._run_case(number)
+        return replace(result, output=_RAISED_IN.sub(self._located, result.output))
+
+    def _located(self, found: re.Match) -> str:
+        """``raised in chunk N, line L`` as the chunk's place in the student's notebooks (chapter, answer, line)."""
+        chunks, number, line = self.extraction.chunks, int(found[1]), int(found[2])
+        if number >= len(chunks):
+            return found[0]
+        if "lines" in chunks[number]:  # a chunk of this notebook, normalised
+            return "raised in " + self.extraction.explain(f"chunk {number}, line {line}: ").removesuffix(": ")
+        # a chapter's answer, run as written from the top of its cell (``course_code.gather``)
+        lines = chunks[number]["source"].splitlines()
+        shown = f": `{lines[line - 1].strip()[:200]}`" if 0 < line <= len(lines) else ""
+        return f"raised in {chunks[number]['label']}, line {line}{shown}"
+
+    def _run_case(self, number: int) -> TestResult:
         case = self.cases[number]
         if case.driver != "translation" or self.extraction.error:
             return super()._run(number)
@@ -360,7 +392,7 @@ class CapstoneRun(ExerciseRun):
         value = self.values.get(top)
         eval_seed = self.cases[top].args[1]
         band = spec.ACCURACY_BANDS[-1]
-        yours = "your run failed"
+        yours = "your own run raised an error"
         if value is not None:
             try:
                 accuracy, forced, _ = part_a_scores(eval_seed, value)
@@ -380,12 +412,17 @@ class CapstoneRun(ExerciseRun):
         runs: list[str] = []
         spent = [0.0]
 
+        seen: dict[tuple[int, ...], bool] = {}
+
         def fixed(indices: list[int]) -> bool:
+            if tuple(indices) in seen:  # the last halving may have tried the culprit alone already
+                return seen[tuple(indices)]
             share, why, cpu = self._probe(indices, eval_seed)
             spent[0] += cpu
             label = ", ".join(components[i][0] for i in indices)
             runs.append(f"the course's {label}: " + (f"{share:.1%}" if share is not None else why))
-            return share is not None and share >= spec.ACCURACY_BANDS[-1]
+            seen[tuple(indices)] = share is not None and share >= spec.ACCURACY_BANDS[-1]
+            return seen[tuple(indices)]
 
         low, high = 1, len(components)  # the shortest prefix that fixes training lies in low .. high
         while low < high and len(runs) < DIAGNOSIS_PROBES - 1:
@@ -443,6 +480,9 @@ class CapstoneRun(ExerciseRun):
             if worker is not None:
                 worker.kill()
 
+
+_RAISED_IN = re.compile(r"raised in chunk (\d+), line (\d+)")
+"""Where the worker says an error of the student's code was raised (``worker._located``)."""
 
 _MODULE_OF_ITS_OWN = "import sys as _sys, types as _types\n_sys.modules.setdefault(__name__, _types.ModuleType(__name__))\n"
 """The provided code's module name gets an (empty) module: dataclasses look their module up while being defined."""

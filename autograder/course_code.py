@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.extract import (Cell, Extraction, Notebook, Unreadable, _strip_magics, extract, find_notebook,
-                                read_submission)
+from autograder.extract import (MAX_NOTEBOOK_BYTES, Cell, Extraction, Notebook, Unreadable, _read_capped,
+                                _strip_magics, extract, find_notebook, parse_notebook, read_submission)
 from autograder.registry import REGISTRY, Exercise
 
 CAPSTONE = "12_capstone"
@@ -211,6 +211,24 @@ def gather_pieces(notebooks: list[Notebook | Unreadable], capstone: Notebook | N
             found.sources[piece.name] = "this notebook"
         elif problem is not None and piece.required:
             found.problems.append(problem)
+    return found
+
+
+def chapters_beside(capstone: Path) -> list[Notebook | Unreadable]:
+    """The earlier chapters' notebooks of the course folder a lone capstone notebook sits in: for each
+    chapter, ``<course>/<chapter>/<notebook>`` next to ``<course>/12_capstone/``, as the notebook's own
+    ``load_my_chapters`` and the graded cell find them. Only those exact paths are read (no search, no
+    links), each within the grader's size cap."""
+    course = capstone.parent.parent
+    found: list[Notebook | Unreadable] = []
+    for chapter, notebook in dict.fromkeys((p.chapter, p.notebook) for p in PIECES):
+        path = course / chapter / notebook
+        if path.is_symlink() or not path.is_file():
+            continue
+        name = f"{chapter}/{notebook}"
+        size = path.stat().st_size
+        found.append(Unreadable(name, f"larger than {MAX_NOTEBOOK_BYTES // 2**20} MB") if size > MAX_NOTEBOOK_BYTES
+                     else parse_notebook(name, _read_capped(path)))
     return found
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -272,7 +273,11 @@ def _lines(report, exercise_id):
 
 
 @pytest.mark.slow
-def test_part_a_gives_the_solution_full_marks():
+def test_part_a_gives_the_solution_full_marks_and_names_a_planted_bug(tmp_path):
+    """The solution: full marks, no diagnosis. Then the solution with chapter 8's `make_model` swapping
+    MultiHeadedAttention's arguments (the cheapest planted bug to diagnose: every probe without the course's
+    `make_model` fails at once, so only two of them train), graded end to end: 0, and the diagnosis names
+    `make_model` after training with the course's in its place."""
     report = grade_path(SOLUTIONS, chapter="12", only="ch12.reversal")
     lines = _lines(report, "ch12.reversal")
     assert report.exercise_score("ch12.reversal") == 12, [t.output for t in lines.values()]
@@ -280,14 +285,30 @@ def test_part_a_gives_the_solution_full_marks():
     assert f"trained {spec.TASK['steps']} of {spec.TASK['steps']} optimizer steps" in top
     assert "Diagnosis" not in "".join(t.output for t in lines.values())
 
+    grade_id, _, source = spec.PLANTED["make_model"]
+    report = grade_path(diagnosis_script.submission_with(tmp_path / "course", grade_id, source), chapter="12",
+                        only="ch12.reversal")
+    lines = _lines(report, "ch12.reversal")
+    assert report.exercise_score("ch12.reversal") == 0
+    assert "your code raised" in lines["exact match at least 95%"].output
+    notes = lines["ch12.reversal notes"].output
+    hint = next(c[4] for c in spec.COMPONENTS if c[0] == "make_model")
+    assert "**Diagnosis: make_model** (chapter 8's `make_model`)" in notes and hint in notes, notes
+    alone = re.search(r"^- the course's make_model: ([\d.]+)%$", notes, re.M)  # the culprit alone, replaced
+    assert alone and float(alone.group(1)) >= 100 * spec.ACCURACY_BANDS[-1], notes
+
 
 @pytest.mark.slow
 def test_part_a_and_b_give_the_untouched_notebooks_zero_naming_each_missing_chapter():
-    report = grade_path(CHAPTERS, chapter="12")
+    """As a student runs it: the lone capstone notebook, its chapters found in the folders beside its own."""
+    report = grade_path(CHAPTERS / "12_capstone" / "capstone.ipynb", chapter="12")
     assert report.score == 0 and report.max_score == 24
     for line in (t for t in report.tests if t.max_score > 0):
-        assert "not implemented" in line.output and "chapter 1 (01_embeddings/embeddings.ipynb): `Embeddings`" \
-            in line.output
+        assert "not implemented" in line.output
+        for piece in (p for p in PIECES if p.required):
+            assert f"{piece.where}: `{piece.name}` is not implemented yet" in line.output, piece
+    notes = [t.output for t in report.tests if t.name.endswith("notes")]
+    assert notes and all("read from the 11 chapter notebooks in the folders beside 12_capstone/" in n for n in notes)
 
 
 def _searched(fixes) -> tuple[str, list]:
@@ -313,7 +334,21 @@ def test_the_diagnosis_search_names_the_one_component_that_fixes_training(culpri
     name, _, _, _, hint = spec.COMPONENTS[culprit]
     assert line.startswith(f"**Diagnosis: {name}**") and hint in line, line
     assert len(probes) <= harness.DIAGNOSIS_PROBES - 1 and probes[-1] == [culprit]
+    assert len(set(map(tuple, probes))) == len(probes)  # no training run twice (masks: the last halving is alone)
     assert f"{len(probes)} more training runs, {10 * len(probes)} CPU seconds" in line
+
+
+@pytest.mark.fast
+def test_an_error_in_a_chapters_answer_is_shown_where_the_student_wrote_it():
+    notebooks = read_submission(SOLUTIONS)
+    run = harness.CapstoneRun.__new__(harness.CapstoneRun)
+    run.extraction = gather(notebooks, _capstone(notebooks), by_id("ch12.reversal"))
+    number = next(i for i, c in enumerate(run.extraction.chunks) if c["label"].endswith("`Batch`"))
+    line = next(i for i, text in enumerate(run.extraction.chunks[number]["source"].splitlines(), 1)
+                if "subsequent_mask(" in text)
+    said = harness._RAISED_IN.sub(run._located, f"RuntimeError: size (raised in chunk {number}, line {line}, in `f`)")
+    assert said.startswith(f"RuntimeError: size (raised in chapter 4 (04_masks/masks.ipynb), `Batch`, line {line}: `")
+    assert "subsequent_mask(" in said and said.endswith(", in `f`)"), said
 
 
 @pytest.mark.fast
