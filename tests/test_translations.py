@@ -170,9 +170,10 @@ def test_the_visible_tests_speak_chinese_where_the_chapter_is_translated(chapter
         pytest.skip("its messages are still to be translated (messages_pending)")
     assert spans
     english = [literal for _, literal in spans if not re.search(r"[\u4e00-\u9fff]", literal)]
-    # a message that is only code (a name and its fields, as `f"tgt_mask\n{...}"`) has no words to translate
-    words = [re.sub(r"\{[^}]*\}|\\n", " ", e.lstrip("f")[1:-1]).strip() for e in english]
-    assert all(re.fullmatch(r"[\w.]*", w) for w in words), english
+    # a message that is only code or a formula (`f"tgt_mask\n{...}"`, "self.dropout = nn.Dropout(dropout)",
+    # "GELU(0) = 0 * Phi(0) = 0") has no words to translate: prose has two English words in a row
+    words = [re.sub(r"\{[^}]*\}|\\n", " ", e.lstrip("f")[1:-1]) for e in english]
+    assert not [e for e, w in zip(english, words) if re.search(r"[A-Za-z]+ [A-Za-z]+", w)], english
 
 
 @pytest.mark.fast
