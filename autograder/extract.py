@@ -31,6 +31,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from autograder.diagnoses_zh import LANGUAGES
 from autograder.feedback import code
 from autograder.registry import Exercise
 
@@ -62,10 +63,11 @@ class Cell:
 
 @dataclass
 class Notebook:
-    """A readable submitted notebook: where it came from and its code cells."""
+    """A readable submitted notebook: where it came from, its code cells and the language it records."""
 
     name: str
     cells: list[Cell]
+    language: str = "en"  # metadata "course": {"language": ...}: the language of the diagnoses
 
 
 @dataclass
@@ -209,7 +211,14 @@ def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
         is_test = (meta.get("grade") is True and meta.get("solution") is not True) or (
             "grade_in_notebook" in source or "BEGIN HIDDEN TESTS" in source)
         cells.append(Cell(index, str(source), grade_id, is_test))
-    return Notebook(name, cells)
+    return Notebook(name, cells, _language(nb))
+
+
+def _language(nb: dict) -> str:
+    """The language the notebook records (``make chapters`` writes it in the Chinese course's); "en" otherwise."""
+    course = nb.get("metadata", {}).get("course") if isinstance(nb.get("metadata"), dict) else None
+    language = course.get("language") if isinstance(course, dict) else None
+    return language if language in LANGUAGES else "en"
 
 
 def read_submission(path: str | Path) -> list[Notebook | Unreadable]:

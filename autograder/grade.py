@@ -27,6 +27,7 @@ from autograder.cases import built, case_points, case_request, graded_cases, ref
 from autograder.checks import run_checks
 from autograder.compare import (Verdict, changed_inputs, compare, compare_attributes, compare_initial, compare_nucleus,
                                 compare_structures, compare_xavier, moved_generators, parse_structures, split_record)
+from autograder.diagnoses_zh import ENGLISH_REST, diagnosis
 from autograder.exercises.shared import CHECKS, Case, resolve
 from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_notebook, read_submission,
                                 shortcut_uses, without_docstrings)
@@ -281,8 +282,9 @@ def argument_names(exercise: Exercise, case: Case) -> list[str]:
 
 
 def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = None,
-              error: str | None = None, seed: int = 0) -> list[str]:
-    """Declared mistakes that give the submission's output on this case, or raise its ``error``."""
+              error: str | None = None, seed: int = 0, language: str = "en") -> list[str]:
+    """Declared mistakes that give the submission's output on this case, or raise its ``error``, named in the
+    notebook's ``language``."""
     found = []
     for name, mistake in exercise.mistakes.items():
         try:
@@ -297,7 +299,7 @@ def _diagnose(exercise: Exercise, case: Case, got=None, state: dict | None = Non
             matches = error is None and (verdict(exercise, case, answer, wrong).ok
                                          or _same_nan_pattern(answer, wrong))
         if matches:
-            found.append(f"**Diagnosis: {name}**: {mistake.message}.")
+            found.append(diagnosis(name, mistake.message, language))
     return found
 
 
@@ -340,6 +342,7 @@ class ExerciseRun:
     def __init__(self, nb: Notebook, exercise: Exercise, *, seed: int | None, public_only: bool,
                  limits: Limits) -> None:
         self.exercise = exercise
+        self.language = nb.language
         self.extraction = self.extract(nb)
         self.seed = default_seed(exercise, self.extraction) if seed is None else seed
         all_cases = graded_cases(exercise, self.seed)
@@ -436,7 +439,7 @@ class ExerciseRun:
         if reply.get("ok") and seconds > exercise.time_budget_s:
             self.slow.append(f"{case.title}: {seconds:.2f} s")
         return _judge(exercise, case, self.name(number), self.weights[number], self.reference, reply, out, state,
-                      self.call_seed(number))
+                      self.call_seed(number), language=self.language)
 
     def _start_worker(self) -> None:
         try:
@@ -531,9 +534,10 @@ def not_defined(name: str, errors: list[str]) -> str:
 
 
 def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, reply: dict,
-           out: list[bytes], state: dict | None = None, seed: int = 0, expected=None) -> TestResult:
+           out: list[bytes], state: dict | None = None, seed: int = 0, expected=None,
+           language: str = "en") -> TestResult:
     """Score one case from the worker's reply (plain data) against the live reference (its record,
-    ``_record``, unless ``expected`` already holds it)."""
+    ``_record``, unless ``expected`` already holds it); a declared mistake is named in ``language``."""
     lines = [f"Checked: {case.checks}."]
     if case.public and (case.construct is not None or case.structure):
         builds = case.args if case.structure else (case.construct,)
@@ -548,9 +552,8 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         if error.startswith("MemoryError") or "can't allocate memory" in error:
             return TestResult(name, 0.0, weight, "\n\n".join(lines + ["exceeded the memory limit:\n\n"
                                                                        + fenced(error, 200)]))
-        diagnosis = _diagnose(exercise, case, state=state, error=error, seed=seed)
-        return TestResult(name, 0.0, weight, "\n\n".join(lines + ["your code raised:\n\n" + fenced(error),
-                                                                   *diagnosis]))
+        named = _diagnose(exercise, case, state=state, error=error, seed=seed, language=language)
+        return TestResult(name, 0.0, weight, "\n\n".join(lines + ["your code raised:\n\n" + fenced(error), *named]))
     try:
         got = wire.unpack_value(reply.get("value"), out)
         if case.structure:
@@ -571,11 +574,11 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         names = ", ".join(code(n) for n in unloaded[:12] if isinstance(n, str))
         found.lines.append(f"the reference's weights did not all fit your module ({names}): see the structure line")
     # A declared mistake is recognised by the values it returns: only wrong values are compared with them.
-    diagnosis = [] if found.answer_ok else _diagnose(exercise, case, got, state, seed=seed)
+    named = [] if found.answer_ok else _diagnose(exercise, case, got, state, seed=seed, language=language)
     shown = found.lines[:MAX_MISMATCH_LINES]
     if len(found.lines) > len(shown):  # a model's gradients can fill pages: the diagnosis must stay in view
         shown.append(f"... and {len(found.lines) - len(shown)} more lines like these")
-    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(shown), *diagnosis]))
+    return TestResult(name, 0.0, weight, "\n\n".join(lines + ["- " + "\n- ".join(shown), *named]))
 
 
 MAX_MISMATCH_LINES = 24
@@ -637,6 +640,8 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
         kill_all()  # whatever was raised: every worker, and all it started, is gone before results exist
     if runs:
         report.sandbox = isolation()[2]
+    if any(isinstance(nb, Notebook) and nb.language == "zh" for _, nb in chosen):
+        report.notes.insert(0, ENGLISH_REST)
     unreadable_done: set[str] = set()
     for exercise, nb in chosen:
         if isinstance(nb, Notebook):

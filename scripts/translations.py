@@ -14,6 +14,14 @@ metadata are never copied into a sidecar: ``make chapters`` writes ``zh/`` from 
 student notebooks (``chapters/``) and pages, replacing the prose only, so both languages share
 every line of code and every graded region by construction.
 
+The messages of the ``assert`` statements in a notebook's code cells (its visible tests' messages) are
+the one piece of code cells that is translated: ``translations/zh/<page>.messages.yml`` maps each
+message's string literal, exactly as the English code writes it, to its Chinese literal (an f-string
+keeps the same ``{...}`` fields). Keyed by the English itself, a reworded message has no Chinese and an
+entry whose English is gone is named, so no hash is needed; every other character of the code, and
+every graded cell (answers and graded tests), stays the English one's. A page listed under
+``messages_pending`` in ``site.yml`` may show English messages until its file is complete.
+
 A unit whose translation is missing, or whose English changed after it was translated (the hash
 differs), is a problem: ``make chapters`` and ``make chapters --check`` fail and name it. The one
 exception is a page listed under ``pending`` in ``translations/zh/site.yml``: its untranslated
@@ -24,7 +32,8 @@ Commands for translators (``python scripts/translations.py ...``):
 
 - ``status``: per page, how many units are translated, stale or missing, and the termbase's findings;
 - ``todo PAGE``: print the missing and stale units of a page as sidecar blocks (English text,
-  marked ``en=new``), ready to be translated and pasted into the page's sidecar;
+  marked ``en=new``), ready to be translated and pasted into the page's sidecar, and its assert
+  messages without Chinese as entries of its ``.messages.yml``;
 - ``stamp PAGE [KEY ...]``: record the hash of the current English for the blocks marked
   ``en=new`` (or for the named keys, after their translation was brought up to date);
 - ``build HTML_DIR``: build the Chinese site into ``HTML_DIR/zh`` (``make book`` does this).
@@ -33,6 +42,7 @@ Commands for translators (``python scripts/translations.py ...``):
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import hashlib
 import os
@@ -40,7 +50,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 
 import nbformat
@@ -299,13 +311,123 @@ def with_pending_note(english: str, key: str = "") -> str:
     return f"{PENDING_NOTE}\n\n{english}"
 
 
-def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str]) -> nbformat.NotebookNode:
-    """The notebook with each markdown cell's source replaced; every other byte is the English one's."""
+# --------------------------------------------------------------------------------------------
+# The visible tests' messages
+
+
+def messages_path(root: Path, docname: str) -> Path:
+    return root / TRANSLATIONS / f"{docname}.messages.yml"
+
+
+def read_messages(root: Path, docname: str) -> dict[str, str]:
+    """English message literal -> Chinese literal, for one notebook (empty when it has no file)."""
+    path = messages_path(root, docname)
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def graded(cell: nbformat.NotebookNode) -> bool:
+    """An answer cell or a graded test cell: a graded region, never changed by a translation."""
+    meta = cell.metadata.get("nbgrader", {})
+    return bool(meta.get("grade") or meta.get("solution"))
+
+
+def message_spans(source: str) -> list[tuple[int, int, str]]:
+    """``(start, end, literal)`` character offsets in ``source`` of every string literal inside the message of
+    an ``assert`` statement; none for a cell that is not plain Python."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = StringIO(source).readlines()  # the lines as tokenize reads them
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(row: int, byte_col: int) -> int:  # ast counts UTF-8 bytes in a line, we count characters
+        return starts[row - 1] + len(lines[row - 1].encode()[:byte_col].decode())
+
+    ranges = [(offset(n.msg.lineno, n.msg.col_offset), offset(n.msg.end_lineno, n.msg.end_col_offset))
+              for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.msg is not None]
+    found = []
+    for token in tokenize.generate_tokens(StringIO(source).readline):
+        if token.type == tokenize.STRING:
+            start, end = starts[token.start[0] - 1] + token.start[1], starts[token.end[0] - 1] + token.end[1]
+            if any(low <= start and end <= high for low, high in ranges):
+                found.append((start, end, token.string))
+    return found
+
+
+def _fields(literal: str) -> list[str] | None:
+    """The ``{...}`` fields of a string literal, as code; ``None`` when it is not one string literal."""
+    try:
+        node = ast.parse(literal, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return []
+    if isinstance(node, ast.JoinedStr):
+        return sorted(ast.unparse(v) for v in node.values if isinstance(v, ast.FormattedValue))
+    return None
+
+
+def message_problem(english: str, chinese: object) -> str | None:
+    """Why ``chinese`` cannot stand for the message literal ``english`` (``None``: it can)."""
+    if not isinstance(chinese, str) or _fields(chinese) is None:
+        return "the Chinese is not one Python string literal"
+    if _fields(chinese) != _fields(english):
+        return f"the Chinese must keep the English's fields {_fields(english)}, it has {_fields(chinese)}"
+    return None
+
+
+def translate_messages(source: str, messages: dict[str, str]) -> tuple[str, list[str], set[str]]:
+    """``source`` with each assert message's literal that ``messages`` translates replaced; the literals it
+    lacks; the English literals it used."""
+    missing, used = [], set()
+    for start, end, literal in reversed(message_spans(source)):
+        if literal in messages:
+            source = source[:start] + messages[literal] + source[end:]
+            used.add(literal)
+        else:
+            missing.append(literal)
+    return source, missing[::-1], used
+
+
+def message_problems(nb: nbformat.NotebookNode, docname: str, messages: dict[str, str], is_pending: bool) -> list[str]:
+    """The messages of a notebook without Chinese (unless the page is pending), the entries whose English is
+    gone and the entries that change more than the words."""
+    where = (TRANSLATIONS / f"{docname}.messages.yml").as_posix()
+    problems, used, untranslated = [], set(), 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or graded(cell):
+            continue
+        _, missing, found = translate_messages(cell.source, messages)
+        used |= found
+        untranslated += len(missing)
+        if not is_pending:
+            problems += [f"{where}: cell {cell.id}: the message {m[:70]} has no Chinese" for m in missing]
+    if is_pending and not untranslated:
+        problems.append(f"{SETTINGS}: the messages of {docname!r} are all translated: take it off messages_pending")
+    problems += [f"{where}: {english[:70]}: no assert of the notebook has this message any more"
+                 for english in messages if english not in used]
+    problems += [f"{where}: {english[:70]}: {why}" for english, chinese in messages.items()
+                 if (why := message_problem(english, chinese))]
+    return problems
+
+
+def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str],
+                       messages: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The notebook with each markdown cell's source replaced, and the assert messages of its code cells outside
+    the graded regions (``messages``); every other byte is the English one's."""
     from nbgrader.utils import compute_checksum
 
     contract = _contract()
     out = copy.deepcopy(nb)
     for cell in out.cells:
+        if cell.cell_type == "code" and messages and not graded(cell):
+            cell.source = translate_messages(cell.source, messages)[0]
+            # A locked (read-only) visible test carries nbgrader's checksum of its source.
+            if "checksum" in cell.metadata.get("nbgrader", {}):
+                cell.metadata.nbgrader.checksum = compute_checksum(cell)
         if cell.cell_type != "markdown":
             continue
         block = contract.written_contract(cell.source)
@@ -464,6 +586,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     """
     release_root = release_root or root
     pending = set(settings(root).get("pending") or [])
+    messages_pending = set(settings(root).get("messages_pending") or [])
     site = out / SITE
     problems: list[str] = []
     pages = _pages(root, release_root, only)
@@ -476,6 +599,9 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
         problems += outcome.problems
         if isinstance(source, nbformat.NotebookNode) and page.docname not in pending:
             problems += contract_problems(page.docname, source)
+        messages = read_messages(root, page.docname) if isinstance(source, nbformat.NotebookNode) else {}
+        if isinstance(source, nbformat.NotebookNode):
+            problems += message_problems(source, page.docname, messages, page.docname in messages_pending)
         if page.docname in pending and not outcome.pending and not outcome.problems:
             problems.append(f"{SETTINGS}: {page.docname!r} is fully translated: take it off the pending list")
         target = site / page.docname
@@ -485,7 +611,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
         elif page.docname == "_config":
             target.with_suffix(".yml").write_text(GENERATED.format(name="_config.yml") + _dump(zh_config(source, shown)))
         elif isinstance(source, nbformat.NotebookNode):
-            target.with_suffix(".ipynb").write_text(nbformat.writes(translate_notebook(source, shown)) + "\n")
+            target.with_suffix(".ipynb").write_text(nbformat.writes(translate_notebook(source, shown, messages)) + "\n")
         else:
             target.with_suffix(".md").write_text(translate_text(page, shown))
     glossary = (root / "glossary.md").read_text()
@@ -562,14 +688,22 @@ def _glossary_shown(root: Path) -> tuple[Page, dict[str, str]]:
 def todo(root: Path, docname: str) -> int:
     """Print the units of a page that need a translation, as sidecar blocks to fill in."""
     translations = read_sidecar(root, docname)
-    pages = {page.docname: page for page, _ in _pages(root, root, None)}
+    pages = {page.docname: (page, source) for page, source in _pages(root, root, None)}
     if docname not in pages:
         print(f"no page {docname!r} in _toc.yml", file=sys.stderr)
         return 1
-    for key, english in pages[docname].units().items():
+    page, source = pages[docname]
+    for key, english in page.units().items():
         done = translations.get(key)
         if done is None or done.source_hash != english_hash(english):
             print(sidecar_block(key, "new", english))
+    if isinstance(source, nbformat.NotebookNode):
+        messages = read_messages(root, docname)
+        missing = [m for cell in source.cells if cell.cell_type == "code" and not graded(cell)
+                   for m in translate_messages(cell.source, messages)[1]]
+        if missing:  # entries for the page's .messages.yml, each still English
+            print(f"# {messages_path(root, docname).relative_to(root)}\n"
+                  + yaml.safe_dump({m: m for m in missing}, allow_unicode=True, sort_keys=False, width=1000).rstrip())
     return 0
 
 
