@@ -54,7 +54,8 @@ class GradeOutsideKernel(NbGraderPreprocessor):
             for cell in graded:
                 exercise = by_test_id[cell.metadata["nbgrader"]["grade_id"]]
                 if exercise.runner:  # chapter 12 is graded with the student's chapters and weights beside it
-                    path = _with_course(Path(folder) / "course", resources, exercise, sources)
+                    path = _with_course(Path(folder) / "course", resources, exercise, sources,
+                                        _submitted_folder(self.config, resources))
                 else:
                     path = Path(folder) / exercise.notebook
                     if not path.exists():
@@ -69,15 +70,29 @@ class GradeOutsideKernel(NbGraderPreprocessor):
         return nb, resources
 
 
-def _with_course(course: Path, resources: dict, exercise, sources) -> Path:
-    """A folder like the student's submission of every chapter: the notebooks of the folders beside
-    this one's (nbgrader keeps a student's assignments side by side), this notebook as it is now, and
-    its ``my_model`` weights."""
+def _submitted_folder(config, resources: dict) -> Path | None:
+    """The folder of this student's submitted assignments (``submitted/<student>/``), where every chapter
+    they handed in is, whichever of them nbgrader has autograded so far; None outside ``autograde``."""
+    from nbgrader.coursedir import CourseDirectory
+
+    student = resources.get("nbgrader", {}).get("student")
+    if not student:
+        return None
+    coursedir = CourseDirectory(config=config)
+    return Path(coursedir.format_path(coursedir.submitted_directory, student, "x")).parent
+
+
+def _with_course(course: Path, resources: dict, exercise, sources, submitted: Path | None = None) -> Path:
+    """A folder like the student's submission of every chapter: the notebooks of the student's other
+    assignments (from ``submitted``: nbgrader autogrades a copy of one assignment in a folder of its own,
+    beside only the assignments autograded before it; else the folders beside this one's), this notebook
+    as it is now, and its ``my_model`` weights."""
     import shutil
 
     if not course.exists():
         here = Path(resources.get("metadata", {}).get("path") or ".").resolve()
-        for chapter in sorted(p for p in here.parent.iterdir() if p.is_dir() and p != here):
+        beside = submitted if submitted is not None and submitted.is_dir() else here.parent
+        for chapter in sorted(p for p in beside.iterdir() if p.is_dir() and p.name != here.name):
             for notebook in chapter.glob("*.ipynb"):
                 (course / chapter.name).mkdir(parents=True, exist_ok=True)
                 shutil.copy(notebook, course / chapter.name / notebook.name)

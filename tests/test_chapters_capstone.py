@@ -385,3 +385,30 @@ def test_part_b_without_weights_or_with_a_pickle_scores_zero_with_a_reason(tmp_p
     report = grade_path(folder, chapter="12", only="ch12.translation")
     assert report.exercise_score("ch12.translation") == 0
     assert all("not a safetensors file" in t.output for t in report.tests if t.max_score > 0)
+
+
+@pytest.mark.fast
+def test_nbgrader_grades_the_capstone_with_every_chapter_the_student_submitted(tmp_path):
+    """nbgrader autogrades each assignment in a copy of its own (autograded/<student>/<chapter>), beside
+    only the chapters autograded before it: the capstone reads the student's submitted chapters instead."""
+    from traitlets.config import Config
+
+    from autograder.nbgrader_plugin import _submitted_folder, _with_course
+
+    for chapter in ("01_embeddings", "04_masks"):
+        (tmp_path / "submitted" / "alice" / chapter).mkdir(parents=True)
+        nbformat.write(nbformat.v4.new_notebook(), tmp_path / "submitted" / "alice" / chapter / f"{chapter[3:]}.ipynb")
+    here = tmp_path / "autograded" / "alice" / "12_capstone"
+    (here / "my_model").mkdir(parents=True)
+    (here / "my_model" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "autograded" / "alice" / "03_attention").mkdir()  # autograded before: not where chapters are read
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path)
+    resources = {"metadata": {"path": str(here)}, "nbgrader": {"student": "alice", "assignment": "12_capstone"}}
+    exercise = spec.EXERCISES[0]
+    course = _with_course(tmp_path / "course", resources, exercise, nbformat.v4.new_notebook(),
+                          _submitted_folder(config, resources))
+    assert sorted(str(p.relative_to(course)) for p in course.rglob("*") if p.is_file()) == [
+        "01_embeddings/embeddings.ipynb", "04_masks/masks.ipynb", f"12_capstone/{exercise.notebook}",
+        "12_capstone/my_model/model.safetensors"]
+    assert _submitted_folder(config, {"metadata": {"path": str(here)}}) is None  # outside autograde
