@@ -97,7 +97,7 @@ def case_request(exercise: Exercise | None, case: Case, seed: int) -> dict:
                "gradients": list(case.gradients) if case.train else None, "method": case.method,
                "measure": case.measure, "driver": case.driver, "watch": watched(case) and exercise is not None,
                "double": case.double, "inputs": None if case.inputs is None else list(case.inputs),
-               "keep": list(case.keep)}
+               "keep": list(case.keep), "marked": list(case.marked)}
     if case.structure:
         request["init"] = [list(initial_names(exercise.reference, repr(b), b)) if exercise is not None else []
                            for b in case.args]
@@ -156,7 +156,7 @@ def _floating(case: Case) -> list[torch.Tensor]:
 
 def _calls(exercise: Exercise, cases: list[Case]) -> list[Case]:
     """The chapter's cases that call the answer on arguments (not the structure, a measure or a driver)."""
-    return [c for c in cases if watched(c) and c.driver is None and not c.train
+    return [c for c in cases if watched(c) and c.driver is None and not c.train and not c.marked
             and (c.construct is not None or exercise.kind not in ("module", "factory"))]
 
 

@@ -23,6 +23,7 @@ Start-up order matters, because student code must find the sandbox already close
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
@@ -418,6 +419,63 @@ class FixedDropout:
         torch.nn.functional.dropout, torch.dropout = self._saved
 
 
+class MarkedConvolution:
+    """Stand-in for torch's 1-D convolution (``torch.conv1d`` and ``torch.nn.functional.conv1d``, one
+    function, which ``nn.Conv1d`` calls too): the real convolution, plus ``MARK`` on every element of
+    its result while ``marked`` is set.
+
+    A case that marks it (``Case.marked``, the request's ``"marked"``) runs the answer here and the
+    reference in the harness with the mark on, so an answer whose result is computed by the
+    convolution matches, and one computed any other way (``@``, ``matmul``, ``einsum``, ``F.linear``,
+    a convolution called on the side and thrown away) misses the mark by about ``MARK``: judged on the
+    values the harness compares, not on a count the answer could forge, nor on time. The worker installs
+    it before the student's code runs (``from torch.nn.functional import conv1d`` gets it) and again
+    before every request; ``marking`` turns it on for one call, installing it for that call where it is
+    not installed (the harness).
+    """
+
+    MARK = 1.0
+
+    def __init__(self) -> None:
+        import torch
+
+        self._real = torch.conv1d
+        self.marked = False
+
+    def __call__(self, *args, **kwargs):
+        out = self._real(*args, **kwargs)
+        return out + self.MARK if self.marked else out
+
+    def install(self) -> None:
+        import torch
+
+        torch.conv1d = torch.nn.functional.conv1d = self
+
+    @classmethod
+    def marking(cls):
+        """A context in which every conv1d call is marked."""
+        import torch
+
+        @contextlib.contextmanager
+        def marked():
+            found = torch.nn.functional.conv1d
+            stand_in = found if isinstance(found, cls) else cls()
+            saved = (torch.conv1d, found)
+            stand_in.install()
+            stand_in.marked = True
+            try:
+                yield stand_in
+            finally:
+                stand_in.marked = False
+                torch.conv1d, torch.nn.functional.conv1d = saved
+
+        return marked()
+
+
+MARKS = {"conv1d": MarkedConvolution}
+"""What a case may mark (``Case.marked``): the name of a torch function -> its stand-in."""
+
+
 MAX_STRUCTURE_ENTRIES, MAX_NAME_CHARS, MAX_BUILDS = 256, 200, 8
 MAX_MODULE_DEPTH = 32  # nesting of submodules a walk follows (a module inside itself ends there)
 
@@ -671,7 +729,9 @@ def answer(target, request: dict, args: list, kwargs: dict, construct: list | No
             built.train(bool(request.get("train")))
             if request.get("method"):  # a method or submodule of what was built is called
                 target = getattr(built, str(request["method"]))
-        with watch or _Nothing():
+        with watch or _Nothing(), contextlib.ExitStack() as marks:
+            for mark in request.get("marked") or ():
+                marks.enter_context(MARKS[str(mark)].marking())
             result, received = run_graded(target, args, kwargs, request.get("gradients"), seed, built,
                                           request.get("inputs"))
     if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
@@ -922,6 +982,8 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     # Before the student's code runs, so that `from torch.nn.functional import dropout` finds it too.
     dropout = FixedDropout()
     dropout.install()
+    convolution = MarkedConvolution()
+    convolution.install()
     module = types.ModuleType("submission")
     sys.modules["submission"] = module
     namespace = module.__dict__
@@ -934,6 +996,7 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     sys.stdin = open(os.devnull)  # noqa: SIM115 - `input()` gets EOF at once
     while True:
         request, buffers = read_frame(req_fd)
+        convolution.install()  # again before each request: the student's code may have put something else there
         reply, out = respond(namespace, name, request, buffers, provided_names, setup["max_result_bytes"], dropout)
         write_all(resp_fd, encode_frame(reply, out))
 

@@ -83,6 +83,100 @@ def test_statement_states_the_contract_and_visible_tests_exercise_each_clause(ex
     assert not missing, f"{exercise.id}: no visible test marks the clauses {sorted(missing)}"
 
 
+# ----------------------------------------------------------------------------- hidden cases: other inputs only
+
+#: What a case holds that is its inputs: a hidden case may differ from its public counterpart here only.
+#: (``double`` and ``distinct`` are inputs too: the module's dtype, the weights loaded into it.)
+CASE_INPUTS = {"title", "checks", "public", "args", "kwargs", "construct", "double", "distinct", "rtol", "atol",
+               "attributes", "rule"}
+#: Hidden cases that no public case matches yet, by ``(exercise, title)``, each with why. The test fails when
+#: one more appears and when one of these gets its public counterpart (then strike it from here).
+HIDDEN_ONLY = {
+    ("ch04.batch", "the source kept"): "compares `src`, an attribute no public case reads",
+    ("ch08.make_model", "encode"): "calls `encode`; every public case calls the whole model",
+    ("ch08.make_model", "decode"): "calls `decode`; every public case calls the whole model",
+    ("ch08.make_model", "the generator"): "calls `generator`; every public case calls the whole model",
+    ("ch10.top_k_top_p_filter", "the exact top-p boundary"): "judged by the nucleus rule, which no public case is",
+}
+
+
+def _judged_as(case) -> tuple:
+    """How a case is judged, everything but its inputs: what is called, how and in which mode, which
+    gradients and attributes come back, what is marked, what the contract checks on it, its weight."""
+    from dataclasses import fields
+
+    from autograder.cases import watched
+
+    return (*((f.name, getattr(case, f.name)) for f in fields(case) if f.name not in CASE_INPUTS),
+            ("rule", case.rule is not None), ("watched", watched(case)))
+
+
+def _floating_dtypes(case) -> tuple:
+    tensors = [t for t in (*case.args, *case.kwargs.values()) if isinstance(t, torch.Tensor)]
+    return case.double, tuple(sorted({str(t.dtype) for t in tensors if t.is_floating_point()}))
+
+
+def hidden_without_counterpart(cases) -> list[str]:
+    """The titles of the hidden cases that no public case checks the same way, with what differs.
+
+    A hidden case's counterpart is a public case judged alike (``_judged_as``), reading the same attributes
+    or more; where it has the same floating-point dtypes its tolerances are no looser than the hidden case's
+    (a tolerance follows the dtype: float64 cases are held to float64's). The structure line has one case
+    for all builds: it must build a public case's arguments too."""
+    public = [c for c in cases if c.public]
+    found = []
+    for case in cases:
+        if case.public:
+            continue
+        if case.structure:
+            if not any(p.construct is not None and p.construct in case.args for p in public):
+                found.append(f"{case.title}: builds no public case's arguments")
+            continue
+        alike = [p for p in public if _judged_as(p) == _judged_as(case) and set(case.attributes) <= set(p.attributes)]
+        if not alike:
+            found.append(f"{case.title}: judged unlike every public case")
+            continue
+        same_dtype = [p for p in alike if _floating_dtypes(p) == _floating_dtypes(case)]
+        if same_dtype and not any(case.rtol >= p.rtol and case.atol >= p.atol for p in same_dtype):
+            found.append(f"{case.title}: tolerances tighter than its public counterpart's")
+    return found
+
+
+@pytest.mark.fast
+def test_hidden_cases_differ_from_the_public_ones_in_their_inputs_only():
+    """Every hidden case of every case-graded exercise, on two seeds, has a public counterpart judged the same
+    way (``hidden_without_counterpart``): no requirement is checked only where the student cannot see it.
+    The cases are built, never run (no worker)."""
+    found = {(e.id, line.split(": ", 1)[0]) for e in HARNESS for seed in (5, 11)
+             for line in hidden_without_counterpart(graded_cases(e, seed))}
+    assert found == set(HIDDEN_ONLY), (sorted(found - set(HIDDEN_ONLY)), sorted(set(HIDDEN_ONLY) - found))
+
+
+@pytest.mark.fast
+def test_a_hidden_case_judged_otherwise_has_no_counterpart():
+    """The check above fails on hidden cases that differ in more than their inputs: marked, trained, another
+    method, a tighter tolerance for the same dtype, one more attribute; and passes other inputs, another dtype
+    with its own tolerance, fewer attributes."""
+    import dataclasses
+
+    from autograder.exercises.shared import Case
+
+    x = torch.ones(2, 3)
+    public = Case("public", "(public)", True, (x,), attributes=("a", "b"))
+    hidden = dataclasses.replace(public, title="hidden", checks="other words", public=False, args=(2 * x, x))
+    assert hidden_without_counterpart([public, hidden]) == []
+    fine = [dataclasses.replace(hidden, args=(x.double(),), rtol=1e-9, atol=1e-12),
+            dataclasses.replace(hidden, attributes=("a",)), dataclasses.replace(hidden, rtol=1e-3)]
+    assert hidden_without_counterpart([public, *fine]) == []
+    for change in ({"marked": ("conv1d",)}, {"train": True}, {"method": "decode"}, {"atol": 1e-8},
+                   {"attributes": ("a", "b", "c")}, {"judge": "nucleus"}, {"weight": 2}):
+        assert hidden_without_counterpart([public, dataclasses.replace(hidden, **change)]), change
+    structure = Case("parameters", "", False, ((4,), (5,)), structure=True)
+    built = dataclasses.replace(public, construct=(4,))
+    assert hidden_without_counterpart([built, structure]) == []
+    assert hidden_without_counterpart([dataclasses.replace(built, construct=(3,)), structure])
+
+
 # ----------------------------------------------------------------------------- right both ways
 
 @pytest.mark.parametrize("exercise_id", _ids(HARNESS))

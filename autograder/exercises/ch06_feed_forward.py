@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
@@ -56,6 +58,14 @@ def conv1d_feed_forward_cases(seed: int) -> list[Case]:
     x[0, 0] = 10.0  # every first-layer unit of this token is w_1 @ (10, ..., 10) + b_1: some pass 6 for sure
     cases.append(Case("large activations", "hidden activations far above 6: the ReLU has no upper limit (ReLU6 "
                       "differs here)", False, (5 * x, *weights(gen, d_model, d_ff)), rtol=1e-4, atol=1e-3))
+    # The exercise asks for convolutions: copies of the first public and the first hidden case on which
+    # every conv1d call adds a mark to its result, here and in the reference; only a result that the
+    # convolutions compute carries it (a matrix product, or a convolution called and thrown away, does not).
+    through = ("computed by the convolutions: on this case every call of torch's conv1d (`nn.Conv1d` or "
+               "`F.conv1d`) adds 1 to its result, in your code and in the reference alike, so a result "
+               "computed without them (`@`, `matmul`, `einsum`, `F.linear`) misses that 1")
+    cases += [dataclasses.replace(c, title=f"{c.title}, through torch's conv1d", marked=("conv1d",),
+                                  checks=through + (" (public)" if c.public else "")) for c in cases[:2]]
     return cases
 
 
@@ -68,7 +78,7 @@ def gelu_cases(seed: int) -> list[Case]:
                       (randn(gen, dim(gen, 2, 4), dim(gen, 3, 6), dim(gen, 3, 6), dtype=torch.float64, scale=2.0),),
                       rtol=1e-9, atol=1e-12))
     cases.append(Case("near zero, float64", "small inputs, where GELU(x) is about x / 2", False,
-                      (randn(gen, 50, dtype=torch.float64, scale=0.05),), rtol=1e-9, atol=1e-14))
+                      (randn(gen, 50, dtype=torch.float64, scale=0.05),), rtol=1e-9, atol=1e-12))
     cases.append(Case("large inputs, float32", "far from 0 GELU is the ReLU; no overflow; dtype kept", False,
                       (randn(gen, 4, 20, scale=8.0),)))
     cases.append(Case("bfloat16", "the dtype is kept (bfloat16)", False,
@@ -205,16 +215,43 @@ EXERCISES = (
             "conv1d_modules": _CONV_MODULES,
             "permute": _conv(channels="x.permute(0, 2, 1)", back="out.permute(0, 2, 1)"),
             "kernels_by_view": _conv(kernel="w_1.view(*w_1.shape, 1)", channels="x.mT", back="out.mT"),
+            "conv1d_by_name": '''
+from torch.nn.functional import conv1d
+
+
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    hidden = torch.relu(conv1d(x.transpose(1, 2), w_1[:, :, None]) + b_1[:, None])  # biases added apart
+    return (conv1d(hidden, w_2[:, :, None]) + b_2[:, None]).transpose(1, 2)
+''',
         },
         mutants={
             "cut_with_data": Mutant("gradients", _conv(channels="x.data.transpose(1, 2)")),
             "relu6": Mutant("relu6", _conv(activation=".clamp(0, 6)")),
-            "matrix_products": Mutant("policy", '''
+            "convolution_thrown_away": Mutant("through torch's conv1d", '''
+import torch.nn.functional as F
+
+
 def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    F.conv1d(x.transpose(1, 2), w_1.unsqueeze(-1), b_1)  # called for show, its result unused
     return (x @ w_1.T + b_1).relu() @ w_2.T + b_2
+'''),
+            "conv1d_imported_by_name": Mutant("computed by the convolutions", '''
+from torch.nn.functional import conv1d
+
+
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    hidden = conv1d(x.transpose(1, 2), w_1.unsqueeze(-1), b_1).relu()
+    return torch.einsum("bfs,mf->bsm", hidden, w_2) + b_2  # the second layer without a convolution
 '''),
         },
         mistakes={
+            "matrix_products": Mistake(
+                "the result is computed with matrix products, not with convolutions: the exercise asks for two "
+                "1-D convolutions of kernel size 1 (`nn.Conv1d` layers or `F.conv1d`)",
+                '''
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    return (x @ w_1.T + b_1).relu() @ w_2.T + b_2
+'''),
             "channels_by_reshape": Mistake(
                 "the input was reshaped to (batch, d_model, seq_len) instead of transposed: the numbers stay in "
                 "place and are read as the wrong channels. Use x.transpose(1, 2)",

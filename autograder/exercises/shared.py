@@ -57,6 +57,10 @@ class Case:
     A case with a ``rule`` is judged by that rule instead of against the reference (which is then
     never computed): ``rule(returned value) -> (passed, lines for the student)``. Chapter 12 judges its
     training and translation runs in bands this way.
+
+    ``marked`` names torch functions the text says the answer computes with (``"conv1d"``): on this case
+    each call of one adds a fixed mark to its result, in the worker and in the harness alike
+    (``worker.MARKS``), so only an answer whose result goes through that function matches the reference.
     """
 
     title: str
@@ -81,6 +85,7 @@ class Case:
     judge: Literal["nucleus"] | None = None
     rule: Callable[[object], tuple[bool, list[str]]] | None = None
     weight: int = 1
+    marked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
