@@ -186,6 +186,9 @@ ZH: dict[str, str] = {
         "dropout 作用在了输出上；"
         "笔记把它作用在注意力权重上（把 dropout=self.dropout 传给 attention）",
     # chapter 6
+    "the result is computed with matrix products, not with convolutions: the exercise asks for two "
+    "1-D convolutions of kernel size 1 (`nn.Conv1d` layers or `F.conv1d`)":
+        "结果是用矩阵乘法算出来的，而不是用卷积：练习要求两个卷积核大小为 1 的一维卷积（`nn.Conv1d` 层或 `F.conv1d`）",
     "there is no ReLU between w_1 and w_2: the two layers collapse into one linear map":
         "w_1 和 w_2 之间没有 ReLU：两层线性变换塌缩成了一个线性映射",
     "the ReLU is applied to the output of w_2; it belongs between w_1 and w_2":
