@@ -26,7 +26,7 @@ import sacrebleu
 import torch
 
 from tfm_solution.course_model import COURSE_MODEL_DIR, course_model_config, export_course_model, load_course_model
-from tfm_solution.data import UNK, load_multi30k, multi30k_dir
+from tfm_solution.data import load_multi30k, multi30k_dir
 from tfm_solution.encoder_decoder import make_model
 from tfm_solution.experiment import decode_texts
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,12 +14,10 @@ import nbformat
 import pytest
 
 from autograder.registry import REGISTRY, by_chapter
+from scripts import make_chapters as mc
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-_spec = importlib.util.spec_from_file_location("make_chapters", REPO / "scripts" / "make_chapters.py")
-mc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mc)
 
 NOTEBOOKS = sorted({(e.chapter, e.notebook) for e in REGISTRY})
 SOLUTION_META = {"solution": True, "grade": False, "locked": False, "schema_version": 3, "task": False}

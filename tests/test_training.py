@@ -3,7 +3,6 @@ accumulation vs one large batch, the optimizer and schedule, checkpoints, and th
 
 import copy
 import json
-import time
 
 import pytest
 import torch

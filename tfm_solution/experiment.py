@@ -4,7 +4,6 @@ translation and evaluation of a checkpoint. The CLI (``python -m tfm_solution``)
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
