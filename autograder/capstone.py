@@ -351,12 +351,15 @@ class CapstoneRun(ExerciseRun):
         chunks, number, line = self.extraction.chunks, int(found[1]), int(found[2])
         if number >= len(chunks):
             return found[0]
-        if "lines" in chunks[number]:  # a chunk of this notebook, normalised
+        chunk = chunks[number]
+        if "written" not in chunk:  # a chunk of this notebook
             return "raised in " + self.extraction.explain(f"chunk {number}, line {line}: ").removesuffix(": ")
-        # a chapter's answer, run as written from the top of its cell (``course_code.gather``)
-        lines = chunks[number]["source"].splitlines()
-        shown = f": `{lines[line - 1].strip()[:200]}`" if 0 < line <= len(lines) else ""
-        return f"raised in {chunks[number]['label']}, line {line}{shown}"
+        # a statement of a chapter's answer (``course_code.gather``): the line of its cell it started at
+        starts = [old for new, old in chunk["lines"].items() if new <= line]
+        written = chunk["written"].splitlines()
+        if not starts or not 0 < starts[-1] <= len(written):
+            return f"raised in {chunk['label']}"
+        return f"raised in {chunk['label']}, line {starts[-1]}: `{written[starts[-1] - 1].strip()[:200]}`"
 
     def _run_case(self, number: int) -> TestResult:
         case = self.cases[number]

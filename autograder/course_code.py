@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.extract import (MAX_NOTEBOOK_BYTES, Cell, Extraction, Notebook, Unreadable, _read_capped,
-                                _strip_magics, extract, find_notebook, parse_notebook, read_submission)
+                                _strip_magics, extract, find_notebook, normalised, parse_notebook, read_submission)
 from autograder.registry import REGISTRY, Exercise
 
 CAPSTONE = "12_capstone"
@@ -114,7 +114,10 @@ def _imports_course(node: ast.stmt) -> bool:
 
 def _statements(source: str, label: str) -> tuple[list[dict], list[str]]:
     """One chunk per top-level statement (so one failing statement does not take the others with
-    it), course imports dropped; and the names of what was dropped."""
+    it), course imports dropped; and the names of what was dropped. A chunk's ``source`` is normalised
+    (``extract.normalised``) as every answer the worker runs and the seed hashes, so comments and
+    docstrings reach neither; ``written`` keeps the statement at its lines of the cell, and ``lines``
+    maps the first to the second."""
     lines = source.splitlines()
     chunks, dropped = [], []
     for node in ast.parse(source).body:
@@ -122,7 +125,9 @@ def _statements(source: str, label: str) -> tuple[list[dict], list[str]]:
             dropped.append(ast.unparse(node))
             continue
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        chunks.append({"label": label, "source": "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])})
+        written = "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])
+        text, mapped = normalised(written)
+        chunks.append({"label": label, "source": text, "lines": mapped, "written": written})
     return chunks, dropped
 
 
@@ -269,9 +274,9 @@ def load_my_chapters(namespace: dict, folder: str | Path | None = None, quiet: b
                  if not isinstance(nb, Notebook) or not nb.name.startswith(CAPSTONE)] if root.is_dir() else []
     found = gather_pieces(notebooks, None)
     errors = []
-    for chunk in found.chunks:
+    for chunk in found.chunks:  # as written: the student's own kernel, with their docstrings and line numbers
         try:
-            exec(compile(chunk["source"], chunk["label"], "exec"), namespace)  # noqa: S102 - the student's own code
+            exec(compile(chunk.get("written", chunk["source"]), chunk["label"], "exec"), namespace)  # noqa: S102
         except Exception as exc:  # noqa: BLE001 - report every failing piece, keep going
             errors.append(f"{chunk['label']}: {type(exc).__name__}: {exc}")
     found.problems += errors

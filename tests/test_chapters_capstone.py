@@ -74,6 +74,29 @@ def _course_copy(tmp_path: Path, drop: str | None = None) -> Path:
 
 
 @pytest.mark.fast
+def test_comments_and_docstrings_in_the_chapters_reach_neither_the_worker_nor_the_seed(tmp_path):
+    """A table of answers in a comment or a docstring would otherwise reach the worker, and editing a comment
+    would draw other held-out sequences (a new chance at a band)."""
+    folder = _course_copy(tmp_path)
+    path = folder / "04_masks" / "masks.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ch04-batch")
+    cell.source = cell.source.replace("def __init__(self, src, tgt=None, pad=2):",
+                                      'def __init__(self, src, tgt=None, pad=2):  # TABLE [1, 2, 3]\n'
+                                      '        """TABLE [4, 5, 6]"""', 1)
+    assert "TABLE [1" in cell.source
+    nbformat.write(nb, path)
+    exercise = by_id("ch12.reversal")
+    found = {}
+    for name, course in (("solutions", SOLUTIONS), ("commented", folder)):
+        notebooks = read_submission(course)
+        found[name] = gather(notebooks, _capstone(notebooks), exercise)
+    assert "TABLE" not in "".join(found["commented"].sources())
+    assert found["commented"].sources() == found["solutions"].sources()
+    assert found["commented"].digest() == found["solutions"].digest()
+
+
+@pytest.mark.fast
 def test_a_missing_chapter_is_named_and_a_pasted_answer_takes_its_place(tmp_path):
     folder = _course_copy(tmp_path, drop="06_feed_forward")
     notebooks = read_submission(folder)
@@ -344,10 +367,13 @@ def test_an_error_in_a_chapters_answer_is_shown_where_the_student_wrote_it():
     run = harness.CapstoneRun.__new__(harness.CapstoneRun)
     run.extraction = gather(notebooks, _capstone(notebooks), by_id("ch12.reversal"))
     number = next(i for i, c in enumerate(run.extraction.chunks) if c["label"].endswith("`Batch`"))
-    line = next(i for i, text in enumerate(run.extraction.chunks[number]["source"].splitlines(), 1)
-                if "subsequent_mask(" in text)
+    chunk = run.extraction.chunks[number]
+    # The worker runs the answer without its docstring and comments: its line is not the cell's.
+    line, cell_line = (next(i for i, text in enumerate(chunk[key].splitlines(), 1) if "subsequent_mask(" in text)
+                       for key in ("source", "written"))
+    assert line < cell_line and '"""' not in chunk["source"] and '"""' in chunk["written"]
     said = harness._RAISED_IN.sub(run._located, f"RuntimeError: size (raised in chunk {number}, line {line}, in `f`)")
-    assert said.startswith(f"RuntimeError: size (raised in chapter 4 (04_masks/masks.ipynb), `Batch`, line {line}: `")
+    assert said.startswith(f"RuntimeError: size (raised in chapter 4 (04_masks/masks.ipynb), `Batch`, line {cell_line}: `")
     assert "subsequent_mask(" in said and said.endswith(", in `f`)"), said
 
 
