@@ -40,6 +40,11 @@ def batch_cases(seed: int) -> list[Case]:
     cases = [Case("2 sentences, pad 2", "src_mask, tgt, tgt_y, tgt_mask and ntokens (public)", True,
                   (_padded_ids(pub, [4, 2], 2), _padded_ids(pub, [5, 3], 2)), {"pad": 2},
                   attributes=_BATCH_ATTRIBUTES)]
+    # The exercise asks for `src` too (the training loop reads batch.src): cases of their own, so that
+    # forgetting it costs these cases only.
+    cases.append(Case("the source kept, 2 sentences", "`src` is the source ids, unchanged (public)", True,
+                      (torch.tensor([[5, 7, 4], [6, 3, 2]]), torch.tensor([[0, 4, 8, 1], [0, 9, 1, 2]])),
+                      attributes=("src",)))
     b = dim(gen, 3, 5)
     src_len, tgt_len = dim(gen, 4, 9), dim(gen, 4, 9)
     src = _padded_ids(gen, padded_lengths(gen, b, src_len), 2)
@@ -54,8 +59,6 @@ def batch_cases(seed: int) -> list[Case]:
     src = _padded_ids(gen, [dim(gen, 2, 6), 1], 2)
     cases.append(Case("source only", "without a target only src_mask is built", False, (src,),
                       attributes=("src_mask",)))
-    # The exercise asks for `src` too (the training loop reads batch.src): a case of its own, so
-    # that forgetting it costs this case only.
     src = _padded_ids(gen, [dim(gen, 2, 6), dim(gen, 1, 6)], 2)
     cases.append(Case("the source kept", "`src` is the source ids, unchanged", False,
                       (src, _padded_ids(gen, [dim(gen, 3, 7), dim(gen, 2, 7)], 2)), attributes=("src",)))

@@ -210,6 +210,19 @@ def make_model_cases(seed: int) -> list[Case]:
                       "every dropout gets the rate given to make_model; the gradients reaching every parameter are "
                       "the reference's (public)", True, (src, tgt, src_mask, _causal(3)),
                       construct=(11, 13, 1, 16, 32, 2, 0.3), distinct=True, train=True))
+    # the parts that decoding calls one by one (encode, decode, generator), on the 2-layer model: listed after
+    # the first public case, drawn last from the public generator so that the other public inputs stay as they were
+    src, src_mask = _ids(pub, 2, 5, 11)
+    tgt, _ = _ids(pub, 2, 3, 13)
+    cases[1:1] = [
+        Case("encode, the 2-layer model", "model.encode(src, src_mask): the source embedding, its positions and "
+             "the encoder stack (public)", True, (src, src_mask), construct=small, distinct=True, method="encode"),
+        Case("decode, the 2-layer model", "model.decode(memory, src_mask, tgt, tgt_mask): the target embedding, its "
+             "positions and the decoder stack (public)", True, (randn(pub, 2, 5, 16), src_mask, tgt, _causal(3)),
+             construct=small, distinct=True, method="decode"),
+        Case("the generator, the 2-layer model", "model.generator(x): log-probabilities over the target vocabulary "
+             "(public)", True, (randn(pub, 2, 3, 16, scale=3.0),), construct=small, distinct=True,
+             method="generator")]
     built = _model(gen, 1, 0.3)
     b, s, t = dim(gen, 2, 3), dim(gen, 3, 7), dim(gen, 2, 5)
     src, src_mask = _ids(gen, b, s, built[0])

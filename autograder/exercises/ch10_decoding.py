@@ -18,7 +18,19 @@ def top_k_top_p_filter_cases(seed: int) -> list[Case]:
     """``top_k_top_p_filter(logits, top_k=None, top_p=None)``."""
     pub, gen = generators(seed)
     cases = [Case("top-3 of one row", "the 3 largest logits kept, the others -inf (public)", True,
-                  (randn(pub, 1, 8, scale=2.0),), {"top_k": 3})]
+                  (randn(pub, 1, 8, scale=2.0),), {"top_k": 3}),
+             Case("top-2 of one row, a tie at the 2nd", "the logits 2 > 1 = 1 > 0.5 > 0 > -1: both 1s equal the "
+                  "2nd largest, so 3 tokens are kept (public)", True,
+                  (torch.tensor([[1.0, 0.0, 2.0, -1.0, 1.0, 0.5]]),), {"top_k": 2}),
+             Case("top_p = 1 on one row, a dominant token", "the logit 60 leaves the others about 5e-26 of the "
+                  "mass (its float64 probability rounds to 1), yet p >= 1 keeps all 5 tokens (public)", True,
+                  (torch.tensor([[60.0, 0.0, -1.0, 1.0, 0.5]]),), {"top_p": 1.0}),
+             Case("top-4 then top-p 0.5 of one row, an exact boundary", "4 of the 8 logits are 0, the others -1: "
+                  "top_k=4 leaves the four 0s, each of probability exactly 1/4 once renormalised, so 2 of them "
+                  "reach p = 0.5 and the 3rd, whose preceding mass equals top_p, is removed; which 2 of the equal "
+                  "4 are kept is left open (public)", True,
+                  (torch.tensor([[0.0, -1.0, 0.0, -1.0, -1.0, 0.0, 0.0, -1.0]]),), {"top_k": 4, "top_p": 0.5},
+                  judge="nucleus")]
     rows, vocab = dim(gen, 2, 4), dim(gen, 15, 40)
     cases.append(Case("top-p on random rows", "the smallest set of most probable tokens reaching p, the token "
                       "crossing p included", False, (randn(gen, rows, vocab, scale=2.0),),
