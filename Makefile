@@ -53,7 +53,7 @@ book: $(STAMP) $(JS_STAMP)
 	@echo "Open _build/html/index.html in a browser (中文: _build/html/zh/index.html)."
 
 test: $(STAMP) $(JS_STAMP)
-	$(PYTEST) -n 2 --cov=tfm_solution --cov-report=term --cov-fail-under=95
+	$(PYTEST) -n 2 --dist worksteal --cov=tfm_solution --cov-report=term --cov-fail-under=95
 
 test-fast: $(STAMP)
 	$(PYTEST) -m fast -q
