@@ -91,19 +91,30 @@ from IPython.core.interactiveshell import InteractiveShell
 
 REPORT = sys.argv[1]
 shell = InteractiveShell.instance()
+shown = []  # the widgets a cell passes to display() (chapter 12's live training monitor)
+publish = shell.display_pub.publish
+def counting(data, *args, **kwargs):
+    if "application/vnd.jupyter.widget-view+json" in data:
+        shown.append(data["application/vnd.jupyter.widget-view+json"]["model_id"])
+    return publish(data, *args, **kwargs)
+shell.display_pub.publish = counting
 for path in [Path(p).resolve() for p in sys.argv[2:]]:
     start, widgets = time.time(), 0
     os.chdir(path.parent)  # as Jupyter runs a notebook: chapter 12 finds the earlier chapters beside its folder
     for cell in json.loads(path.read_text())["cells"]:
         if cell["cell_type"] != "code" or cell["metadata"].get("nbgrader", {}).get("grade"):
             continue
+        shown.clear()
         result = shell.run_cell("".join(cell["source"]))
         if not result.success:
             result.raise_error()
+        views = [w for w in ipywidgets.Widget.widgets.values() if w.model_id in shown]
         if isinstance(result.result, ipywidgets.Widget):
-            state = embed_data(views=[result.result])["manager_state"]["state"]
-            assert result.result.model_id in state, f"{path.name}: a widget without state"
-            widgets += 1
+            views.append(result.result)
+        for view in views:
+            state = embed_data(views=[view])["manager_state"]["state"]
+            assert view.model_id in state, f"{path.name}: a widget without state"
+        widgets += bool(views)
     import tfm_solution
     print(REPORT + json.dumps({"notebook": path.name, "widgets": widgets, "seconds": round(time.time() - start, 1),
                       "package": tfm_solution.__file__}), flush=True)
