@@ -122,7 +122,8 @@ def test_merge_streams_joins_consecutive_prints_only():
 
 @pytest.mark.fast
 def test_differences_name_every_changed_added_and_missing_file(tmp_path):
-    """What `--check` compares a regenerated tree with (a full `--check` runs in the test above)."""
+    """What `--check` compares a regenerated tree with; test_chapters_are_in_sync_with_solutions runs a
+    full `--check` on the course."""
     committed, regenerated = tmp_path / "committed", tmp_path / "regenerated"
     for tree in (committed, regenerated):
         (tree / "01_x").mkdir(parents=True)
