@@ -44,6 +44,13 @@ def _course_copy(tmp_path: Path, chapter: str) -> Path:
     return root
 
 
+def _generated(tmp_path: Path, chapter: str, notebook: str) -> tuple[Path, Path]:
+    """A copy of the course with ``chapter``, its Chinese generated with no problem; and the chapter's release."""
+    root = _course_copy(tmp_path, chapter)
+    assert tr.generate(root, root, only=chapter) == []
+    return root, root / "chapters" / chapter / notebook
+
+
 def _edit_cell(path: Path, cell_id: str, edit) -> None:
     nb = nbformat.read(path, as_version=4)
     edit(nb, next(i for i, c in enumerate(nb.cells) if c.get("id") == cell_id))
@@ -53,9 +60,7 @@ def _edit_cell(path: Path, cell_id: str, edit) -> None:
 @pytest.mark.fast
 def test_a_changed_english_sentence_a_new_cell_and_a_deleted_one_are_named(tmp_path):
     chapter, notebook = "01_embeddings", "embeddings.ipynb"
-    root = _course_copy(tmp_path, chapter)
-    assert tr.generate(root, root, only=chapter) == []
-    release = root / "chapters" / chapter / notebook
+    root, release = _generated(tmp_path, chapter, notebook)
 
     def change_a_sentence(nb, i):
         nb.cells[i].source = nb.cells[i].source.replace("a row of words", "a sequence of words")
@@ -181,9 +186,7 @@ def test_the_visible_tests_speak_chinese_where_the_chapter_is_translated(chapter
 @pytest.mark.fast
 def test_a_reworded_message_and_a_message_without_chinese_are_named(tmp_path):
     chapter, notebook = "01_embeddings", "embeddings.ipynb"
-    root = _course_copy(tmp_path, chapter)
-    assert tr.generate(root, root, only=chapter) == []
-    release = root / "chapters" / chapter / notebook
+    root, release = _generated(tmp_path, chapter, notebook)
     old, new = '"the table must receive a gradient"', '"the embedding table must receive a gradient"'
     cell_id = next(c.id for c in nbformat.read(release, as_version=4).cells if old in c.source)
     _edit_cell(release, cell_id, lambda nb, i: setattr(nb.cells[i], "source", nb.cells[i].source.replace(old, new)))
