@@ -161,13 +161,16 @@ def test_regenerating_changes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_nbval_on_the_solutions():
+@pytest.mark.parametrize("chapter, notebook", NOTEBOOKS, ids=[c for c, _ in NOTEBOOKS])
+def test_nbval_on_the_solutions(chapter, notebook):
+    """Each solution notebook reproduces its committed outputs; one notebook per test, so that a slow
+    machine's time limit is per notebook and the notebooks spread over the workers."""
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval", "--nbval-current-env",
         "--nbval-sanitize-with", str(REPO / "tests" / "nbval_sanitize.cfg"), "-o", "addopts=",
-        *[str(REPO / "solutions" / c / n) for c, n in NOTEBOOKS],
+        str(REPO / "solutions" / chapter / notebook),
     ]  # fmt: skip
-    done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "failed" not in done.stdout
 
