@@ -56,6 +56,16 @@ def test_svg_chart_is_well_formed_and_clips_to_the_axes():
     assert "a &amp; b" in svg and "peak &lt;1&gt;" in svg
 
 
+def test_a_mark_label_stays_inside_the_chart_at_either_edge():
+    """A mark's label reads away from the nearer edge: at the last step of a run it ends left of its dot."""
+    svg = ch9.svg_chart([{"x": [0, 400], "y": [1.0, 0.1], "colour": "#000", "label": "loss"}], (0, 400), (0, 1),
+                        marks=[(0, 1.0, "first"), (400, 0.1, "0.123")], width=460)
+    texts = {t.text: t for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")}
+    dots = [float(c.get("cx")) for c in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}circle")]
+    assert texts["first"].get("text-anchor") == "start" and float(texts["first"].get("x")) > dots[0]
+    assert texts["0.123"].get("text-anchor") == "end" and float(texts["0.123"].get("x")) < dots[1] <= 460
+
+
 @pytest.mark.parametrize("low,high", [(0, 40_000), (0, 7.2e-4), (0.5, 3.2)])
 def test_ticks_are_round_and_cover_the_range(low, high):
     ticks = ch9._ticks(low, high)

@@ -168,8 +168,11 @@ def svg_chart(
                      f'y2="{legend_y - 3}" stroke="{s["colour"]}" stroke-width="2"{dash}/>'
                      f'<text x="{left + plot_w - 128}" y="{legend_y}">{html.escape(s["label"])}</text>')
     for x, y, text in marks:
+        # a label right of a dot near the right edge would be cut off by the SVG's border: put it on the left
+        anchor, dx = ("end", -6) if px(x) > left + plot_w / 2 else ("start", 6)
         parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{_RED}"/>'
-                     f'<text x="{px(x) + 6:.1f}" y="{py(y) - 5:.1f}" fill="{_RED}">{html.escape(text)}</text>')
+                     f'<text x="{px(x) + dx:.1f}" y="{py(y) - 5:.1f}" text-anchor="{anchor}" fill="{_RED}">'
+                     f'{html.escape(text)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
