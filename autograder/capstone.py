@@ -34,6 +34,7 @@ import torch
 
 from autograder import worker as wire
 from autograder.course_code import CAPSTONE, chapters_beside, gather
+from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH
 from autograder.exercises import ch12_capstone as spec
 from autograder.extract import Extraction, Notebook, without_docstrings
 from autograder.feedback import fenced
@@ -56,6 +57,37 @@ WEIGHT_DTYPES = {"F16": 2, "BF16": 2, "F32": 4}
 
 DIAGNOSIS_PROBES = 6
 """At most this many extra training runs to find what stops a model from learning."""
+
+SAY = {
+    "greedy": "**Diagnosis: greedy decoding** (chapter 10): your model learned the task, since fed the right prefix it "
+              "gets every token of {forced:.1%} of the held-out sequences right, but your `greedy_decode` reverses only "
+              "{accuracy:.1%} of them. Look at how it feeds each chosen token back, takes the last position's "
+              "prediction, and stops at `</s>`.",
+    "alone": "**Diagnosis: {name}** ({what}): with the course's version of it in place of yours, and the rest of your "
+             "code unchanged, your model learns the task ({yours}). Hint: {hint}.\n\nThe grader trained your model "
+             "again with parts of your code replaced by the course's, as Part A does ({cost}); the share is that of "
+             "held-out sequences whose every token the model predicts right when fed the right prefix:\n\n{tried}",
+    "several": "**Diagnosis: more than one component** ({yours}). Your model learns only once the course's components "
+               "replace yours up to and including {name} ({what}); replacing that one alone is not enough, so at "
+               "least one more of them needs a look. Hint for {name}: {hint}.\n\nThe runs ({cost}):\n\n{tried}",
+    "cost": "{runs} more training runs, {cpu:.0f} CPU seconds of training",
+    "run": "the course's {names}: {outcome}",
+    "names": ", ",
+    "yours": "yours reverses {accuracy:.1%} and, fed the right prefix, gets {forced:.1%} right",
+    "raised": "your own run raised an error",
+}
+"""The diagnosis's sentences (``str.format`` templates); ``diagnoses_zh.CAPSTONE_SAY`` has them in Chinese."""
+
+
+def _say(language: str, key: str, **fields) -> str:
+    """The diagnosis's sentence ``key`` in the notebook's ``language`` ("zh": Chinese), its fields filled in."""
+    return (CAPSTONE_SAY if language == "zh" else SAY)[key].format(**fields)
+
+
+def _component(language: str, text: str) -> str:
+    """A component's name, description or hint (``ch12_capstone.COMPONENTS``) in ``language``; English where
+    ``diagnoses_zh.CAPSTONE_ZH`` has no Chinese for it (a code name such as ``make_model`` needs none)."""
+    return CAPSTONE_ZH.get(text, text) if language == "zh" else text
 
 
 # ----------------------------------------------------------------------------- Part A's verdicts
@@ -384,7 +416,8 @@ class CapstoneRun(ExerciseRun):
 
     def diagnose(self) -> str | None:
         """Why Part A misses full marks, when the harness can tell: the decoding, or the first component
-        whose replacement by the course's makes the model learn (``None``: full marks, or nothing to say)."""
+        whose replacement by the course's makes the model learn (``None``: full marks, or nothing to say), in the
+        notebook's language."""
         top = len(self.cases) - 1
         result = self.results.get(top)
         if result is None or result.score >= result.max_score or self.load_failure:
@@ -394,22 +427,19 @@ class CapstoneRun(ExerciseRun):
         value = self.values.get(top)
         eval_seed = self.cases[top].args[1]
         band = spec.ACCURACY_BANDS[-1]
-        yours = "your own run raised an error"
+        yours = _say(self.language, "raised")
         if value is not None:
             try:
                 accuracy, forced, _ = part_a_scores(eval_seed, value)
             except ValueError:
                 accuracy = forced = None
             if forced is not None and forced >= band:
-                return (f"**Diagnosis: greedy decoding** (chapter 10): your model learned the task, since fed the right "
-                        f"prefix it gets every token of {forced:.1%} of the held-out sequences right, but your "
-                        f"`greedy_decode` reverses only {accuracy:.1%} of them. Look at how it feeds each chosen "
-                        "token back, takes the last position's prediction, and stops at `</s>`.")
+                return _say(self.language, "greedy", forced=forced, accuracy=accuracy)
             if accuracy is not None:
-                yours = f"yours reverses {accuracy:.1%} and, fed the right prefix, gets {forced:.1%} right"
-        return self._search(eval_seed, yours)
+                yours = _say(self.language, "yours", accuracy=accuracy, forced=forced)
+        return self._search(eval_seed, yours, self.language)
 
-    def _search(self, eval_seed: int, yours: str) -> str:
+    def _search(self, eval_seed: int, yours: str, language: str = "en") -> str:
         components = spec.COMPONENTS
         runs: list[str] = []
         spent = [0.0]
@@ -421,8 +451,8 @@ class CapstoneRun(ExerciseRun):
                 return seen[tuple(indices)]
             share, why, cpu = self._probe(indices, eval_seed)
             spent[0] += cpu
-            label = ", ".join(components[i][0] for i in indices)
-            runs.append(f"the course's {label}: " + (f"{share:.1%}" if share is not None else why))
+            names = _say(language, "names").join(_component(language, components[i][0]) for i in indices)
+            runs.append(_say(language, "run", names=names, outcome=f"{share:.1%}" if share is not None else why))
             seen[tuple(indices)] = share is not None and share >= spec.ACCURACY_BANDS[-1]
             return seen[tuple(indices)]
 
@@ -435,18 +465,10 @@ class CapstoneRun(ExerciseRun):
                 low = middle + 1
         culprit = components[low - 1]
         alone = fixed([low - 1]) if len(runs) < DIAGNOSIS_PROBES else False
-        cost = f"{len(runs)} more training runs, {spent[0]:.0f} CPU seconds of training"
-        tried = "\n".join(f"- {r}" for r in runs)
-        if alone:
-            return (f"**Diagnosis: {culprit[0]}** ({culprit[1]}): with the course's version of it in place of yours, "
-                    f"and the rest of your code unchanged, your model learns the task ({yours}). "
-                    f"Hint: {culprit[4]}.\n\nThe grader trained your model again with parts of your code replaced "
-                    f"by the course's, as Part A does ({cost}); the share is that of held-out sequences whose every "
-                    f"token the model predicts right when fed the right prefix:\n\n{tried}")
-        return (f"**Diagnosis: more than one component** ({yours}). Your model learns only once the course's "
-                f"components replace yours up to and including {culprit[0]} ({culprit[1]}); replacing that one "
-                f"alone is not enough, so at least one more of them needs a look. Hint for {culprit[0]}: "
-                f"{culprit[4]}.\n\nThe runs ({cost}):\n\n{tried}")
+        name, what, _, _, hint = (_component(language, part) if isinstance(part, str) else part for part in culprit)
+        return _say(language, "alone" if alone else "several", name=name, what=what, hint=hint, yours=yours,
+                    cost=_say(language, "cost", runs=len(runs), cpu=spent[0]),
+                    tried="\n".join(f"- {r}" for r in runs))
 
     def _probe(self, indices: list[int], eval_seed: int) -> tuple[float | None, str, float]:
         """Part A again with the course's components ``indices`` in place of the student's: (the forced

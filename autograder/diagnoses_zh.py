@@ -7,6 +7,8 @@ the grader then names a recognised mistake in Chinese (``diagnosis``) and says o
 remaining lines of its feedback are English (``ENGLISH_REST``). A message changed or added in a grading
 module without its Chinese here is named by ``missing`` (and a fast test fails on it); until then the
 grader falls back to the English message, so a Chinese notebook is never left without a diagnosis.
+The capstone's diagnosis of a model that does not learn (which component's replacement fixes its training)
+is here too: its sentences (``CAPSTONE_SAY``) and each component's description and hint (``CAPSTONE_ZH``).
 """
 
 from __future__ import annotations
@@ -491,6 +493,106 @@ ZH: dict[str, str] = {
 }
 
 
+#: The capstone's diagnosis of a model that does not learn (``autograder.capstone``) in Chinese: its sentences,
+#: by their key in ``capstone.SAY`` and with the same ``{...}`` fields; then, in ``CAPSTONE_ZH``, the name,
+#: description and hint of each component it may replace.
+CAPSTONE_SAY: dict[str, str] = {
+    "greedy": "**诊断：贪心解码**（第 10 章）：你的模型已经学会了这个任务，因为送入正确的前缀时，它能把 {forced:.1%} "
+              "的留出序列的每个词元都预测对；但你的 `greedy_decode` 只把其中 {accuracy:.1%} 正确逆序。"
+              "检查它怎样把选出的词元送回去、怎样取最后一个位置的预测，以及怎样在 `</s>` 处停下。",
+    "alone": "**诊断：{name}**（{what}）：换上课程的版本、你的其余代码保持不变时，你的模型能学会这个任务（{yours}）。"
+             "提示：{hint}。\n\n评分器像 A 部分那样，把你的部分代码换成课程的版本，重新训练了你的模型（{cost}）；"
+             "下面的比例是：送入正确前缀时，模型把每个词元都预测对的留出序列所占的比例：\n\n{tried}",
+    "several": "**诊断：不止一个组件**（{yours}）。只有用课程的组件替换你的组件、一直替换到{what}为止时，"
+               "你的模型才能学会；只替换这一个还不够，所以至少还有一个组件需要检查。提示：{hint}。"
+               "\n\n这几次运行（{cost}）：\n\n{tried}",
+    "cost": "又训练了 {runs} 次，训练共用 {cpu:.0f} 秒 CPU 时间",
+    "run": "换上课程的{names}：{outcome}",
+    "names": "、",
+    "yours": "你的模型能把 {accuracy:.1%} 的序列正确逆序，送入正确前缀时能把 {forced:.1%} 的序列全部预测对",
+    "raised": "你自己的那次训练出错了",
+}
+
+#: The components' names, descriptions and hints (``ch12_capstone.COMPONENTS``), by their English (a name that
+#: is code, such as ``make_model``, stays as it is).
+CAPSTONE_ZH: dict[str, str] = {
+    "masks": "掩码",
+    "chapter 4's `subsequent_mask` and `Batch`": "第 4 章的 `subsequent_mask` 和 `Batch`",
+    "look at the masks your `Batch` builds: every target position must see itself and the positions before it "
+    "(and no padding), and `tgt`/`tgt_y` must be the target shifted by one":
+        "检查你的 `Batch` 构建的掩码：每个目标位置都必须能看到它自己和它之前的位置（并且看不到填充），"
+        "`tgt`/`tgt_y` 必须是目标序列错开一位的结果",
+    "attention": "注意力",
+    "chapter 3's `attention`": "第 3 章的 `attention`",
+    "look at your `attention`: the weights must come from the scaled scores with the mask applied, and the "
+    "output must stay connected to them (no `.detach()`, no `torch.no_grad()`), or the queries and keys never learn":
+        "检查你的 `attention`：权重必须来自施加了掩码的缩放得分，输出必须与权重保持连接"
+        "（不能有 `.detach()`，不能有 `torch.no_grad()`），否则查询和键永远学不到东西",
+    "multi-head attention": "多头注意力",
+    "chapter 5's `MultiHeadedAttention`, `split_heads` and `merge_heads`":
+        "第 5 章的 `MultiHeadedAttention`、`split_heads` 和 `merge_heads`",
+    "look at your `MultiHeadedAttention`: each of query, key and value has its own projection, the heads are split "
+    "and merged back in the same order, and gradients reach every projection":
+        "检查你的 `MultiHeadedAttention`：查询、键和值各有自己的投影，各个头按同样的顺序拆分、再合并回去，"
+        "并且梯度能到达每一个投影",
+    "feed-forward": "前馈网络",
+    "chapter 6's `PositionwiseFeedForward`": "第 6 章的 `PositionwiseFeedForward`",
+    "look at your `PositionwiseFeedForward`: w_2(dropout(relu(w_1(x)))), with gradients reaching both layers":
+        "检查你的 `PositionwiseFeedForward`：应为 w_2(dropout(relu(w_1(x))))，并且梯度能到达两个线性层",
+    "chapter 7's `LayerNorm`": "第 7 章的 `LayerNorm`",
+    "look at your `LayerNorm`: it normalizes each token over its features and its gain and bias are learned":
+        "检查你的 `LayerNorm`：它要在每个词元的各个特征上做归一化，增益和偏置都是可学习的",
+    "chapter 7's `SublayerConnection`": "第 7 章的 `SublayerConnection`",
+    "look at your `SublayerConnection`: x + dropout(sublayer(norm(x))), with the sublayer's output (and its "
+    "gradient) reaching the residual sum":
+        "检查你的 `SublayerConnection`：应为 x + dropout(sublayer(norm(x)))，子层的输出（及其梯度）要进入残差相加",
+    "encoder and decoder layers": "编码器层和解码器层",
+    "chapter 8's `EncoderLayer`, `DecoderLayer` and `Decoder`": "第 8 章的 `EncoderLayer`、`DecoderLayer` 和 `Decoder`",
+    "look at your layers: the decoder's cross-attention takes its queries from the decoder and its keys and values "
+    "from the encoder's memory, with the source mask; each sublayer gets the right mask":
+        "检查你的各层：解码器的交叉注意力从解码器取查询，从编码器的 memory 取键和值，并使用源序列的掩码；"
+        "每个子层都要拿到正确的掩码",
+    "embeddings": "词嵌入",
+    "chapter 1's `Embeddings`": "第 1 章的 `Embeddings`",
+    "look at your `Embeddings`: one learned row per id, scaled by sqrt(d_model)":
+        "检查你的 `Embeddings`：每个 id 对应可学习的一行，再乘以 sqrt(d_model)",
+    "positional encoding": "位置编码",
+    "chapter 2's `PositionalEncoding` and `positional_encoding`": "第 2 章的 `PositionalEncoding` 和 `positional_encoding`",
+    "look at your `PositionalEncoding`: every position of every batch, in training as in evaluation, gets its own "
+    "row of the table added; reversing a sequence is impossible without knowing where each symbol is":
+        "检查你的 `PositionalEncoding`：无论训练还是评估，每个批次的每个位置都要加上表中属于它自己的那一行；"
+        "不知道每个符号在哪里，就不可能把序列逆序",
+    "glue": "粘合代码",
+    "this chapter's `clones`, `Encoder`, `Generator` and `EncoderDecoder`":
+        "本章的 `clones`、`Encoder`、`Generator` 和 `EncoderDecoder`",
+    "look at this chapter's glue: `clones` makes independent deep copies, the generator returns log-probabilities, "
+    "and `EncoderDecoder` encodes the source once and decodes the target against that memory":
+        "检查本章的粘合代码：`clones` 生成相互独立的深拷贝，generator 返回对数概率，"
+        "`EncoderDecoder` 对源序列只编码一次，再对照这个 memory 解码目标序列",
+    "chapter 8's `make_model`": "第 8 章的 `make_model`",
+    "look at your `make_model`: separate deep copies of every attention and feed-forward module, the dropout "
+    "passed everywhere, Xavier initialization of the matrices; your pieces each work with the course's others":
+        "检查你的 `make_model`：每个注意力模块和前馈模块都是各自独立的深拷贝，dropout 传到了每一处，"
+        "矩阵用 Xavier 初始化；你的每个部件与课程的其他部件搭配时都能正常工作",
+    "loss": "损失",
+    "chapter 9's `LabelSmoothing` and this chapter's `SimpleLossCompute`":
+        "第 9 章的 `LabelSmoothing` 和本章的 `SimpleLossCompute`",
+    "look at your loss: the generator's log-probabilities against the smoothed target, padding given nothing, "
+    "summed and divided by the norm it is given":
+        "检查你的损失：拿 generator 的对数概率与平滑后的目标比较，填充不分得任何概率，求和后再除以传入的 norm",
+    "schedule": "学习率调度",
+    "chapter 9's `rate`": "第 9 章的 `rate`",
+    "look at your `rate`: it rises linearly for `warmup` steps and then decays as 1/sqrt(step), for every step":
+        "检查你的 `rate`：它在 `warmup` 步内线性上升，之后按 1/sqrt(step) 衰减，每一步都是如此",
+    "training loop": "训练循环",
+    "chapter 9's `train_with_accumulation`": "第 9 章的 `train_with_accumulation`",
+    "look at your `train_with_accumulation`: every micro-batch is used, the optimizer and the scheduler step once "
+    "per group, and the gradients are cleared after each step":
+        "检查你的 `train_with_accumulation`：每个微批次都要用上，优化器和调度器每组只更新一次，"
+        "每次更新之后要清空梯度",
+}
+
+
 def diagnosis(name: str, message: str, language: str = "en") -> str:
     """The feedback line naming the declared mistake ``name``: in Chinese for "zh" when ``ZH`` has its message."""
     if language == "zh" and message in ZH:
@@ -499,7 +601,10 @@ def diagnosis(name: str, message: str, language: str = "en") -> str:
 
 
 def missing() -> list[str]:
-    """``"exercise id: name"`` of every declared mistake of the registry whose message has no Chinese in ``ZH``."""
+    """``"exercise id: name"`` of every declared mistake of the registry whose message has no Chinese in ``ZH``,
+    and ``"ch12 diagnosis: name"`` of every capstone component whose description or hint has none in ``CAPSTONE_ZH``."""
+    from autograder.exercises.ch12_capstone import COMPONENTS
     from autograder.registry import REGISTRY
 
-    return [f"{e.id}: {name}" for e in REGISTRY for name, m in e.mistakes.items() if m.message not in ZH]
+    return [f"{e.id}: {name}" for e in REGISTRY for name, m in e.mistakes.items() if m.message not in ZH] + \
+        [f"ch12 diagnosis: {c[0]}" for c in COMPONENTS if c[1] not in CAPSTONE_ZH or c[4] not in CAPSTONE_ZH]

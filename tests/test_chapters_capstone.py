@@ -23,6 +23,7 @@ import torch
 import tfm_solution
 from autograder import capstone as harness
 from autograder.course_code import PIECES, REQUIRED, gather, gather_pieces, is_stub, run_course
+from autograder.diagnoses_zh import CAPSTONE_ZH
 from autograder.exercises import ch12_capstone as spec
 from autograder.extract import read_submission
 from autograder.grade import grade_path
@@ -336,9 +337,9 @@ def test_part_a_and_b_give_the_untouched_notebooks_zero_naming_each_missing_chap
     assert notes and all("read from the 11 chapter notebooks in the folders beside 12_capstone/" in n for n in notes)
 
 
-def _searched(fixes) -> tuple[str, list]:
+def _searched(fixes, language: str = "en") -> tuple[str, list]:
     """The diagnosis's search with a stand-in for its training runs: ``fixes(indices)`` says whether replacing
-    the components ``indices`` makes the model learn."""
+    the components ``indices`` makes the model learn; the diagnosis is written in ``language``."""
     run = harness.CapstoneRun.__new__(harness.CapstoneRun)
     probes = []
 
@@ -347,7 +348,7 @@ def _searched(fixes) -> tuple[str, list]:
         return (0.99 if fixes(set(indices)) else 0.3), "", 10.0
 
     run._probe = probe
-    return run._search(7, "yours reverses 20.0%"), probes
+    return run._search(7, "yours reverses 20.0%", language), probes
 
 
 @pytest.mark.fast
@@ -361,6 +362,20 @@ def test_the_diagnosis_search_names_the_one_component_that_fixes_training(culpri
     assert len(probes) <= harness.DIAGNOSIS_PROBES - 1 and probes[-1] == [culprit]
     assert len(set(map(tuple, probes))) == len(probes)  # no training run twice (masks: the last halving is alone)
     assert f"{len(probes)} more training runs, {10 * len(probes)} CPU seconds" in line
+
+
+@pytest.mark.fast
+def test_a_chinese_notebook_is_told_the_diagnosis_in_chinese():
+    """The same searches for a notebook of the Chinese course: the diagnosis's sentences, and the names,
+    descriptions and hints of the components, in Chinese (``diagnoses_zh``); English notebooks are told as above."""
+    for culprit, (name, what, _, _, hint) in enumerate(spec.COMPONENTS):
+        line, _ = _searched(lambda indices: culprit in indices, "zh")
+        assert line.startswith(f"**诊断：{CAPSTONE_ZH.get(name, name)}**（{CAPSTONE_ZH[what]}）：") \
+            and f"提示：{CAPSTONE_ZH[hint]}。" in line, line
+        assert f"- 换上课程的{CAPSTONE_ZH.get(name, name)}：99.0%" in line, line
+    line, _ = _searched(lambda indices: {2, 9} <= indices, "zh")
+    assert line.startswith("**诊断：不止一个组件**") and CAPSTONE_ZH[spec.COMPONENTS[9][1]] in line, line
+    assert not re.search(r"Diagnosis|Hint|the course's|training runs", line), line
 
 
 @pytest.mark.fast

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from string import Formatter
 
 import nbformat
 import pytest
 
-from autograder.diagnoses_zh import ENGLISH_REST, ZH, diagnosis, missing
+from autograder.capstone import SAY
+from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH, ENGLISH_REST, ZH, diagnosis, missing
+from autograder.exercises.ch12_capstone import COMPONENTS
 from autograder.extract import parse_notebook
 from autograder.grade import grade_path
 from autograder.mistakes import submission_source
@@ -25,13 +28,19 @@ def test_every_declared_mistake_has_a_chinese_diagnosis_and_no_chinese_is_left_o
     assert len(declared) > 100  # the registry is the course's, not an empty stand-in
     assert missing() == []
     assert sorted(set(ZH) - declared) == []  # a message reworded in a grading module leaves its old Chinese here
+    # The capstone's diagnosis: its components (missing() names one without Chinese) and its sentences.
+    assert sorted(set(CAPSTONE_ZH) - {text for c in COMPONENTS for text in (c[0], c[1], c[4])}) == []
+    assert set(CAPSTONE_SAY) == set(SAY)
+    for key, chinese in CAPSTONE_SAY.items():
+        fields = [{f for _, f, _, _ in Formatter().parse(text) if f} for text in (SAY[key], chinese)]
+        assert fields[1] <= fields[0] and (HAN.search(chinese) or key == "names"), key
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("english", sorted(ZH))
+@pytest.mark.parametrize("english", sorted(ZH) + sorted(CAPSTONE_ZH))
 def test_a_chinese_diagnosis_keeps_the_code_and_numbers_of_its_english(english):
     """Formulas and code stay as they are: every code span, call and number of the English is in the Chinese."""
-    chinese = ZH[english]
+    chinese = ZH.get(english) or CAPSTONE_ZH[english]
     assert HAN.search(chinese) and not chinese.endswith(("。", "."))  # the line template adds the full stop
     spans = [f"`{span.strip()}`" for span in re.findall(r"`([^`]+)`", english)]
     calls = re.findall(r"[\w.]+\([^()]*\)", re.sub(r"`[^`]+`", " ", english))
