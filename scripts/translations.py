@@ -62,9 +62,13 @@ import tokenize
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import yaml
+
+if TYPE_CHECKING:
+    from tfm_solution.viz.language import Table
 
 REPO = Path(__file__).resolve().parents[1]
 LANGUAGE = "zh"
@@ -423,7 +427,7 @@ def message_problems(nb: nbformat.NotebookNode, docname: str, messages: dict[str
 
 
 def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str],
-                       messages: dict[str, str] | None = None, words=None,
+                       messages: dict[str, str] | None = None, words: Table | None = None,
                        missing_widgets: list[str] | None = None) -> nbformat.NotebookNode:
     """The notebook with each markdown cell's source replaced, the assert messages of its code cells outside
     the graded regions (``messages``) and its widgets' text (the table ``words``, if given) translated; every
@@ -469,12 +473,12 @@ def _language():
     return language
 
 
-def widget_table():
+def widget_table() -> Table:
     """A fresh table (its ``used`` set empty), to tell which entries a generation used."""
     return _language().read_table(LANGUAGE)
 
 
-def translate_widgets(nb: nbformat.NotebookNode, words, missing: list[str] | None = None) -> None:
+def translate_widgets(nb: nbformat.NotebookNode, words: Table, missing: list[str] | None = None) -> None:
     """Translate, in place, the text of every widget model saved in ``nb``; add to ``missing`` what has none."""
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for model in state.values():
@@ -482,14 +486,17 @@ def translate_widgets(nb: nbformat.NotebookNode, words, missing: list[str] | Non
 
 
 def widget_problems(docname: str, missing: list[str]) -> list[str]:
+    """What a notebook's widgets show in English without an entry of the table (``missing``), once each."""
     return [f"{WIDGET_TABLE.as_posix()}: the widgets of {docname} show {text[:70]!r}, which has no Chinese: add it "
             "to `strings` (or, if it is data that reads the same in both languages, a pattern to `neutral`)"
             for text in dict.fromkeys(missing)]
 
 
-def stale_widget_entries(words) -> list[str]:
-    """The table's ``strings`` whose English no widget of the course shows any more."""
-    strings = json.loads((REPO / WIDGET_TABLE).read_text(encoding="utf-8"))["strings"]
+def stale_widget_entries(words: Table, strings: dict[str, str] | None = None) -> list[str]:
+    """The entries of ``strings`` (the table's, by default) whose English no widget of the course shows any
+    more, given the table ``words`` that translated every notebook."""
+    if strings is None:
+        strings = json.loads((REPO / WIDGET_TABLE).read_text(encoding="utf-8"))["strings"]
     return [f"{WIDGET_TABLE.as_posix()}: {english[:70]!r}: no widget shows this any more" for english in strings
             if english not in words.used]
 
