@@ -128,7 +128,7 @@ def test_html_is_translated_one_text_node_at_a_time():
 
 def _controls() -> FramePlayer:
     control = widgets.ToggleButtons(options=["no mask", "padding mask"], index=1, description="mask:")
-    return FramePlayer(control, lambda i: f"<p>Drawn with the reference `attention`.</p>", 2, header=[widgets.HTML("")])
+    return FramePlayer(control, lambda i: "<p>Drawn with the reference `attention`.</p>", 2, header=[widgets.HTML("")])
 
 
 @pytest.mark.fast

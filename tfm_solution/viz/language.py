@@ -40,7 +40,7 @@ import ipywidgets as widgets
 ENGLISH = "en"
 ENV = "TFM_LANGUAGE"
 TABLES = Path(__file__).resolve().parents[1] / "assets" / "widgets"
-#: The attributes of a widget's state that hold text a reader sees.
+#: The attributes of a widget's state that hold text a reader sees: one string, or a list of them.
 TEXT_TRAITS = ("description", "tooltip", "placeholder")
 LIST_TRAITS = ("_options_labels", "tooltips", "titles")
 #: Widgets whose ``value`` is text shown to the reader (HTML where the name says so).
@@ -200,9 +200,9 @@ def translate_state(state: dict, words: Table, missing: list[str] | None = None)
     for name in TEXT_TRAITS:
         if isinstance(out.get(name), str):
             out[name] = words.text(out[name], missing)
-    for name in LIST_TRAITS:
-        if isinstance(out.get(name), list):
-            out[name] = [words.text(item, missing) if isinstance(item, str) else item for item in out[name]]
+    for name in LIST_TRAITS:  # lists in a saved state, tuples on a live widget
+        if isinstance(out.get(name), list | tuple):
+            out[name] = type(out[name])(words.text(item, missing) if isinstance(item, str) else item for item in out[name])
     is_html = TEXT_VALUE_MODELS.get(out.get("_model_name", ""))
     if is_html is not None and isinstance(out.get("value"), str):
         out["value"] = words.html(out["value"], missing) if is_html else words.text(out["value"], missing)
@@ -211,8 +211,10 @@ def translate_state(state: dict, words: Table, missing: list[str] | None = None)
 
 def _localize_one(widget: widgets.Widget, language: str) -> None:
     """Translate the text of one widget."""
-    names = [n for n in (*TEXT_TRAITS, *LIST_TRAITS, "value") if widget.has_trait(n) and not widget.trait_metadata(n, "read_only")]
-    state = translate_state({"_model_name": widget._model_name, **{n: getattr(widget, n) for n in names}}, table(language))
+    traits = widget.traits()
+    names = [n for n in (*TEXT_TRAITS, *LIST_TRAITS, "value") if n in traits and not traits[n].read_only]
+    state = translate_state({"_model_name": widget._model_name, **{n: getattr(widget, n) for n in names}},
+                            table(language))
     for name in names:
         if state[name] != getattr(widget, name):
             setattr(widget, name, state[name])
