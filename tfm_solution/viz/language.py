@@ -73,6 +73,16 @@ def set_language(language: str | None) -> None:
 def notebook_language(path: str | os.PathLike) -> str:
     """The language a notebook file records in its metadata (``course.language``), English if none."""
     try:
+        return _recorded_language(str(path), Path(path).stat().st_mtime_ns)
+    except OSError:
+        return ENGLISH
+
+
+@lru_cache(maxsize=16)
+def _recorded_language(path: str, mtime_ns: int) -> str:
+    """Read once per version of the file: a notebook with its figures is megabytes of JSON, and every
+    widget asks (``mtime_ns`` is part of the key, so a saved change is seen)."""
+    try:
         metadata = json.loads(Path(path).read_text(encoding="utf-8")).get("metadata", {})
     except (OSError, ValueError):
         return ENGLISH
