@@ -22,6 +22,13 @@ entry whose English is gone is named, so no hash is needed; every other characte
 every graded cell (answers and graded tests), stays the English one's. A page listed under
 ``messages_pending`` in ``site.yml`` may show English messages until its file is complete.
 
+The widgets' labels and readouts (a control's description and option labels, an HTML readout's text) are
+translated too, in the notebook's widget state, through one table per language that the package ships
+(``tfm_solution/assets/widgets/zh.json``, see ``tfm_solution.viz.language``): a running kernel translates
+the live widgets with the same table. A widget text with Latin letters that the table neither translates
+nor lists as ``neutral`` (symbols, tensor names, the data's tokens and sentences), and an entry of
+``strings`` that no widget shows any more, are problems. The figures' own text stays English.
+
 A unit whose translation is missing, or whose English changed after it was translated (the hash
 differs), is a problem: ``make chapters`` and ``make chapters --check`` fail and name it. The one
 exception is a page listed under ``pending`` in ``translations/zh/site.yml``: its untranslated
@@ -45,6 +52,7 @@ import argparse
 import ast
 import copy
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -54,9 +62,13 @@ import tokenize
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 import yaml
+
+if TYPE_CHECKING:
+    from tfm_solution.viz.language import Table
 
 REPO = Path(__file__).resolve().parents[1]
 LANGUAGE = "zh"
@@ -415,13 +427,17 @@ def message_problems(nb: nbformat.NotebookNode, docname: str, messages: dict[str
 
 
 def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str],
-                       messages: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """The notebook with each markdown cell's source replaced, and the assert messages of its code cells outside
-    the graded regions (``messages``); every other byte is the English one's."""
+                       messages: dict[str, str] | None = None, words: Table | None = None,
+                       missing_widgets: list[str] | None = None) -> nbformat.NotebookNode:
+    """The notebook with each markdown cell's source replaced, the assert messages of its code cells outside
+    the graded regions (``messages``) and its widgets' text (the table ``words``, if given) translated; every
+    other byte is the English one's."""
     from nbgrader.utils import compute_checksum
 
     contract = _contract()
     out = copy.deepcopy(nb)
+    if words is not None:
+        translate_widgets(out, words, missing_widgets)
     for cell in out.cells:
         if cell.cell_type == "code" and messages and not graded(cell):
             cell.source = translate_messages(cell.source, messages)[0]
@@ -439,6 +455,50 @@ def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str],
             cell.metadata.nbgrader.checksum = compute_checksum(cell)
     out.metadata["course"] = {"language": LANGUAGE}
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# The widgets' labels and readouts
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_TABLE = Path("tfm_solution") / "assets" / "widgets" / f"{LANGUAGE}.json"
+
+
+def _language():
+    """``tfm_solution.viz.language``: the one translator of widget text, for the live kernel and for zh/."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tfm_solution.viz import language
+
+    return language
+
+
+def widget_table() -> Table:
+    """A fresh table (its ``used`` set empty), to tell which entries a generation used."""
+    return _language().read_table(LANGUAGE)
+
+
+def translate_widgets(nb: nbformat.NotebookNode, words: Table, missing: list[str] | None = None) -> None:
+    """Translate, in place, the text of every widget model saved in ``nb``; add to ``missing`` what has none."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for model in state.values():
+        model["state"] = _language().translate_state(model["state"], words, missing)
+
+
+def widget_problems(docname: str, missing: list[str]) -> list[str]:
+    """What a notebook's widgets show in English without an entry of the table (``missing``), once each."""
+    return [f"{WIDGET_TABLE.as_posix()}: the widgets of {docname} show {text[:70]!r}, which has no Chinese: add it "
+            "to `strings` (or, if it is data that reads the same in both languages, a pattern to `neutral`)"
+            for text in dict.fromkeys(missing)]
+
+
+def stale_widget_entries(words: Table, strings: dict[str, str] | None = None) -> list[str]:
+    """The entries of ``strings`` (the table's, by default) whose English no widget of the course shows any
+    more, given the table ``words`` that translated every notebook."""
+    if strings is None:
+        strings = json.loads((REPO / WIDGET_TABLE).read_text(encoding="utf-8"))["strings"]
+    return [f"{WIDGET_TABLE.as_posix()}: {english[:70]!r}: no widget shows this any more" for english in strings
+            if english not in words.used]
 
 
 def translate_text(page: Page, shown: dict[str, str]) -> str:
@@ -594,6 +654,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     problems += [f"{SETTINGS}: pending page {name!r} is not in _toc.yml" for name in sorted(pending - known) if only is None]
     if only is None:
         shutil.rmtree(site, ignore_errors=True)
+    widget_words = widget_table()
     for page, source in pages:
         shown, outcome = translate_units(page, read_sidecar(root, page.docname), page.docname in pending)
         problems += outcome.problems
@@ -611,9 +672,14 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
         elif page.docname == "_config":
             target.with_suffix(".yml").write_text(GENERATED.format(name="_config.yml") + _dump(zh_config(source, shown)))
         elif isinstance(source, nbformat.NotebookNode):
-            target.with_suffix(".ipynb").write_text(nbformat.writes(translate_notebook(source, shown, messages)) + "\n")
+            missing: list[str] = []
+            target.with_suffix(".ipynb").write_text(
+                nbformat.writes(translate_notebook(source, shown, messages, widget_words, missing)) + "\n")
+            problems += widget_problems(page.docname, missing)
         else:
             target.with_suffix(".md").write_text(translate_text(page, shown))
+    if only is None:
+        problems += stale_widget_entries(widget_words)
     glossary = (root / "glossary.md").read_text()
     words = sorted({t.chinese for t in termbase(glossary) if " " not in t.chinese})
     (site / SEARCH_DICTIONARY).write_text("".join(f"{w}\n" for w in words))

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from ..capstone import ReversalTask, padded
 from .frames import figure_png
+from .language import localize
 from .training import FrameCube, svg_chart
 
 _BLUE, _GREEN, _RED, _GREY = "#2563eb", "#16a34a", "#b91c1c", "#6b7280"
@@ -61,6 +62,7 @@ class TrainingMonitor(widgets.VBox):
         self.records: list[tuple[int, float, list[list[int]]]] = []
         self.chart = widgets.HTML(value=f'<div style="{_FONT}">waiting for the first chunk of training...</div>')
         super().__init__(children=[self.chart])
+        localize(self)  # the labels in the notebook's language (language.py)
 
     def record(self, step: int, loss: float, model: torch.nn.Module) -> None:
         """Called after each chunk of training: keep the loss and the current outputs, redraw."""

@@ -18,6 +18,7 @@ from ..decoding import BeamTrace, _autoregress, beam_search
 from ..decoding import beam_step as reference_beam_step
 from ..decoding import top_k_top_p_filter as reference_filter
 from .frames import Frame, FramePlayer, as_widget, control_index_trait, figure_png
+from .language import localize
 from .student import Resolved, resolve
 
 _KEPT, _DROPPED, _BAR = "#2563eb", "#d1d5db", "#93c5fd"
@@ -53,6 +54,7 @@ class FrameNest(widgets.VBox):
 
         self.stack = build(0, ())
         super().__init__(children=[*header, *controls, self.stack])
+        localize(self)  # the labels in the notebook's language (language.py)
 
 
 # --------------------------------------------------------------------------- distribution shaping

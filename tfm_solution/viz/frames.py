@@ -21,6 +21,8 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from .language import localize
+
 #: A rendered frame: PNG bytes, an HTML string, or any widget.
 Frame = bytes | str | widgets.Widget
 
@@ -109,6 +111,7 @@ class FramePlayer(widgets.VBox):
         else:
             self.link = widgets.jslink((control, self._trait), (self.stack, "selected_index"))
         super().__init__(children=[*header, control, self.stack])
+        localize(self)  # the labels in the notebook's language (language.py)
 
     def _on_change(self, change: dict[str, Any]) -> None:
         """Live path: draw the newly chosen frame with the current function, then show it."""

@@ -19,6 +19,7 @@ from ..masks import Batch as ReferenceBatch
 from ..masks import masked_softmax as reference_masked_softmax
 from ..masks import subsequent_mask as reference_subsequent_mask
 from .frames import Frame, FramePlayer, as_widget, control_index_trait
+from .language import localize
 from .student import resolve
 
 _ALLOWED, _HIDDEN, _PAD = "#bbf7d0", "#e5e7eb", "#fde68a"
@@ -60,6 +61,7 @@ class FrameGrid(widgets.VBox):
         self.stack = widgets.Stack(children=rows, selected_index=getattr(first, first_trait))
         self.links.append(widgets.jslink((first, first_trait), (self.stack, "selected_index")))
         super().__init__(children=[*header, first, second, self.stack])
+        localize(self)  # the labels in the notebook's language (language.py)
 
 
 def _grid_html(mask: torch.Tensor, rows: Sequence[str], cols: Sequence[str], title: str) -> str:

@@ -29,6 +29,7 @@ from ..training import LabelSmoothing as ReferenceLabelSmoothing
 from ..training import SimpleLossCompute
 from ..training import train_with_accumulation as reference_train_with_accumulation
 from .frames import Frame, as_widget, control_index_trait
+from .language import localize
 from .student import Resolved, resolve
 
 _BLUE, _ORANGE, _GREEN, _GREY, _RED = "#2563eb", "#ea580c", "#16a34a", "#9ca3af", "#b91c1c"
@@ -84,6 +85,7 @@ class FrameCube(widgets.VBox):
         self.stack = build(())
         self.links.sort(key=lambda link: self.controls.index(link.source[0]))
         super().__init__(children=[*header, *self.controls, self.stack])
+        localize(self)  # the labels in the notebook's language (language.py)
 
 
 # --------------------------------------------------------------------------- a small SVG line chart
