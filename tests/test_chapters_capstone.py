@@ -269,6 +269,22 @@ def test_every_component_can_be_put_in_place_and_has_a_planted_bug():
         assert installed and hint and all(n in {t.split(":")[1] for t in targets} for n in installed)
 
 
+@pytest.mark.fast
+def test_the_recorded_diagnosis_is_of_todays_bugs_and_names_each_one():
+    """The table on the chapter's page (``scripts/capstone_diagnosis.py``'s record): every planted bug as declared
+    now, graded with the task as declared now, named right, and no bug scored in full."""
+    record = json.loads((REPO / "tfm_solution" / "assets" / "capstone_diagnosis.json").read_text())
+    assert record["task"] == json.loads(json.dumps(spec.TASK))
+    rows = {row["component"]: row for row in record["bugs"]}
+    assert list(rows) == list(spec.PLANTED)
+    for component, (_, bug, _) in spec.PLANTED.items():
+        row = rows[component]
+        assert row["bug"] == bug, f"{component}: declared since the record was made; rerun the script"
+        assert row["named"] == component and row["right"], row
+        assert row["score"] < by_id("ch12.reversal").points and 0 < row["runs"] <= 5
+        assert (row["visible_tests"] == "pass") == (component in PASS_VISIBLE)
+
+
 # ----------------------------------------------------------------------------- the widgets
 
 @pytest.mark.fast
