@@ -332,9 +332,22 @@ def messages_path(root: Path, docname: str) -> Path:
 
 
 def read_messages(root: Path, docname: str) -> dict[str, str]:
-    """English message literal -> Chinese literal, for one notebook (empty when it has no file)."""
+    """English message literal -> Chinese literal, for one notebook (empty when it has no file).
+
+    Raises ``ValueError`` naming the file for one that is not such a mapping (most often a literal holding
+    ``": "`` left unquoted, which YAML reads as a second key).
+    """
     path = messages_path(root, docname)
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        messages = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path.relative_to(root)}: not valid YAML ({' '.join(str(exc).split())}); a literal "
+                         "holding ': ' needs quotes around it") from None
+    if not isinstance(messages, dict) or not all(isinstance(v, str) for v in [*messages, *messages.values()]):
+        raise ValueError(f"{path.relative_to(root)}: not a mapping of English literals to Chinese ones")
+    return messages
 
 
 def graded(cell: nbformat.NotebookNode) -> bool:
@@ -660,9 +673,13 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
         problems += outcome.problems
         if isinstance(source, nbformat.NotebookNode) and page.docname not in pending:
             problems += contract_problems(page.docname, source)
-        messages = read_messages(root, page.docname) if isinstance(source, nbformat.NotebookNode) else {}
+        messages: dict[str, str] = {}
         if isinstance(source, nbformat.NotebookNode):
-            problems += message_problems(source, page.docname, messages, page.docname in messages_pending)
+            try:
+                messages = read_messages(root, page.docname)
+                problems += message_problems(source, page.docname, messages, page.docname in messages_pending)
+            except ValueError as unreadable:  # the page is still written, with English messages
+                problems.append(str(unreadable))
         if page.docname in pending and not outcome.pending and not outcome.problems:
             problems.append(f"{SETTINGS}: {page.docname!r} is fully translated: take it off the pending list")
         target = site / page.docname

@@ -201,6 +201,18 @@ def test_a_reworded_message_and_a_message_without_chinese_are_named(tmp_path):
 
 
 @pytest.mark.fast
+def test_an_unquoted_colon_in_a_messages_file_is_named_and_the_chinese_page_is_still_written(tmp_path):
+    chapter, notebook = "01_embeddings", "embeddings.ipynb"
+    root = _course_copy(tmp_path, chapter)
+    where = f"translations/zh/chapters/{chapter}/embeddings.messages.yml"
+    with open(root / where, "a") as f:
+        f.write('f"{name}: a new message": f"{name}：新的消息"\n')  # YAML reads the first ": " as the key's end
+    problems = tr.generate(root, root, only=chapter)
+    assert len(problems) == 1 and problems[0].startswith(f"{where}: not valid YAML") and "needs quotes" in problems[0]
+    assert (root / "zh" / "chapters" / chapter / notebook).is_file()
+
+
+@pytest.mark.fast
 @pytest.mark.parametrize("chinese,problem", [
     ('f"形状应为 (4, 4)，实际为 {tuple(sim.shape)}"', None),
     ('f"形状应为 (4, 4)，实际为 {sim.shape}"', "fields"),  # the code in a field is not the translator's
