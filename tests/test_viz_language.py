@@ -86,6 +86,18 @@ def test_an_explicit_choice_wins_over_the_notebook(tmp_path, monkeypatch):
         language.set_language("xx")
 
 
+@pytest.mark.fast
+def test_a_language_without_a_table_is_read_as_english(tmp_path, monkeypatch):
+    """A typo in the variable, or a notebook of another course, must not stop every widget from building."""
+    monkeypatch.setenv(language.ENV, "fr")
+    assert language.current_language() == "en"
+    monkeypatch.delenv(language.ENV)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(_notebook(tmp_path / "fr.ipynb", {"course": {"language": "fr"}})))
+    assert language.current_language() == "en"
+    monkeypatch.setenv(language.ENV, "zh")
+    assert language.current_language() == "zh"
+
+
 def _table() -> language.Table:
     return language.Table(
         {

@@ -123,9 +123,12 @@ def current_language() -> str:
     if _override is not None:
         return _override
     if os.environ.get(ENV):
-        return os.environ[ENV]
-    path = notebook_path()
-    return notebook_language(path) if path is not None else ENGLISH
+        language = os.environ[ENV]
+    else:
+        path = notebook_path()
+        language = notebook_language(path) if path is not None else ENGLISH
+    # a language without a table (a typo in the variable, another course's notebook) is read as English
+    return language if language == ENGLISH or (TABLES / f"{language}.json").is_file() else ENGLISH
 
 
 @dataclass
