@@ -171,7 +171,7 @@ _FRAME_FINGERPRINT = """root => {
 def _check_page(browser, page_name: str, exercise_widgets: bool = True) -> dict:
     """Open one page offline; return what was seen. Screenshots go to _build/screenshots/.
 
-    Without ``exercise_widgets`` (a page whose widget state is byte for byte another page's, whose
+    Without ``exercise_widgets`` (a page whose widget state is another page's but for its words, whose
     widgets were exercised there) the widgets must render but are not moved, and the screenshot
     is the first screen only.
     """
@@ -370,8 +370,9 @@ def test_browser_the_chinese_site_renders_offline_and_search_answers_in_chinese(
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            # The widget state of a Chinese page is the English page's (test_translations checks it),
-            # and the English test moves every widget: here they must render, and the math typeset.
+            # The widget state of a Chinese page is the English page's with its labels and readouts translated
+            # (test_translations checks it), and the English test moves every widget: here they must render,
+            # and the math typeset.
             report = {name: _check_page(browser, name, exercise_widgets=False) for name in pages}
             search = browser.new_page()
             # Offline too; over file:// the browser refuses the fetch of result snippets, so only the
