@@ -37,3 +37,20 @@ def release_with(release: Path, folder: Path, answers: dict[str, str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, folder / release.name)
     return folder / release.name
+
+
+def solved_release(release: Path, folder: Path, solution: Path) -> Path:
+    """A copy of the student notebook in ``folder`` with every answer region of ``solution`` filled in, the
+    practice answers too (chapter 12 builds on all of them), as a student who did everything hands it in."""
+    answers = {
+        _grade_id(cell): "\n".join(line for line in cell.source.splitlines() if not line.strip().startswith(_MARKERS))
+        for cell in nbformat.read(solution, as_version=4).cells
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
+    nb = nbformat.read(release, as_version=4)
+    for cell in nb.cells:
+        if _grade_id(cell) in answers:
+            cell.source = answers[_grade_id(cell)]
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / release.name)
+    return folder / release.name
