@@ -52,6 +52,7 @@ import argparse
 import ast
 import copy
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -180,13 +181,17 @@ def markdown_page(docname: str, text: str) -> Page:
     return page
 
 
-def _contract():
-    """``autograder.contract``: an exercise's statement ends with its contract, generated in both languages."""
+def _course_module(name: str):
+    """A module of the course's own packages, also when this file runs as a script (Python then puts
+    ``scripts/`` first on the path, not the repository); imported on first use, as only generation needs it."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from autograder import contract
+    return importlib.import_module(name)
 
-    return contract
+
+def _contract():
+    """``autograder.contract``: an exercise's statement ends with its contract, generated in both languages."""
+    return _course_module("autograder.contract")
 
 
 def notebook_page(docname: str, nb: nbformat.NotebookNode) -> Page:
@@ -479,11 +484,7 @@ WIDGET_TABLE = Path("tfm_solution") / "assets" / "widgets" / f"{LANGUAGE}.json"
 
 def _language():
     """``tfm_solution.viz.language``: the one translator of widget text, for the live kernel and for zh/."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from tfm_solution.viz import language
-
-    return language
+    return _course_module("tfm_solution.viz.language")
 
 
 def widget_table() -> Table:

@@ -15,22 +15,24 @@ def _grade_id(cell: nbformat.NotebookNode) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
 
-def solution_answers(solution: Path) -> dict[str, str]:
-    """Exercise id -> the answer cell of the solution notebook, without the nbgrader markers."""
-    ids = {e.solution_grade_id: e.id for e in by_chapter(solution.parent.name)}
+def _answer_regions(solution: Path) -> dict[str, str]:
+    """Grade id -> every answer region of the solution notebook (graded or practice), without the nbgrader markers."""
     return {
-        ids[_grade_id(cell)]: "\n".join(
-            line for line in cell.source.splitlines() if not line.strip().startswith(_MARKERS)
-        )
+        _grade_id(cell): "\n".join(line for line in cell.source.splitlines() if not line.strip().startswith(_MARKERS))
         for cell in nbformat.read(solution, as_version=4).cells
-        if _grade_id(cell) in ids
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution")
     }
 
 
-def release_with(release: Path, folder: Path, answers: dict[str, str]) -> Path:
-    """A copy of the student notebook in ``folder`` whose answer cells hold ``answers`` (by exercise id)."""
+def solution_answers(solution: Path) -> dict[str, str]:
+    """Exercise id -> the answer cell of the solution notebook, without the nbgrader markers."""
+    regions = _answer_regions(solution)
+    return {e.id: regions[e.solution_grade_id] for e in by_chapter(solution.parent.name) if e.solution_grade_id in regions}
+
+
+def _filled(release: Path, folder: Path, by_grade_id: dict[str, str]) -> Path:
+    """A copy of the student notebook in ``folder`` whose cells named in ``by_grade_id`` hold that source."""
     nb = nbformat.read(release, as_version=4)
-    by_grade_id = {by_id(exercise_id).solution_grade_id: source for exercise_id, source in answers.items()}
     for cell in nb.cells:
         if _grade_id(cell) in by_grade_id:
             cell.source = by_grade_id[_grade_id(cell)]
@@ -39,18 +41,12 @@ def release_with(release: Path, folder: Path, answers: dict[str, str]) -> Path:
     return folder / release.name
 
 
+def release_with(release: Path, folder: Path, answers: dict[str, str]) -> Path:
+    """A copy of the student notebook in ``folder`` whose answer cells hold ``answers`` (by exercise id)."""
+    return _filled(release, folder, {by_id(exercise_id).solution_grade_id: source for exercise_id, source in answers.items()})
+
+
 def solved_release(release: Path, folder: Path, solution: Path) -> Path:
     """A copy of the student notebook in ``folder`` with every answer region of ``solution`` filled in, the
     practice answers too (chapter 12 builds on all of them), as a student who did everything hands it in."""
-    answers = {
-        _grade_id(cell): "\n".join(line for line in cell.source.splitlines() if not line.strip().startswith(_MARKERS))
-        for cell in nbformat.read(solution, as_version=4).cells
-        if cell.get("metadata", {}).get("nbgrader", {}).get("solution")
-    }
-    nb = nbformat.read(release, as_version=4)
-    for cell in nb.cells:
-        if _grade_id(cell) in answers:
-            cell.source = answers[_grade_id(cell)]
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, folder / release.name)
-    return folder / release.name
+    return _filled(release, folder, _answer_regions(solution))
