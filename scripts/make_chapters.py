@@ -257,6 +257,12 @@ def generate(root: Path, out: Path, *, run: bool, only: str | None = None) -> li
     (out / "README.md").write_text(with_chapter_table(with_exercise_table((root / "README.md").read_text()), root))
     # The Chinese course (zh/) from the student notebooks just released and translations/zh/: a
     # stale or missing translation is a problem, so `--check` fails on it too.
+    return generate_zh(root, out, only)
+
+
+def generate_zh(root: Path, out: Path, only: str | None = None) -> list[str]:
+    """Write ``out/zh`` from the student notebooks under ``out/chapters`` and ``translations/zh/``, with the
+    Chinese introduction's chapter map; return the problems found. ``--zh`` runs only this step."""
     problems = translations.generate(root, out, release_root=out, only=only)
     site = out / translations.SITE
     intro = site / "intro.md"
@@ -378,8 +384,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="verify chapters/ and figures/ are in sync; change nothing")
     parser.add_argument("--root", type=Path, default=REPO, help="the course root (default: this repository)")
     parser.add_argument("--chapter", metavar="NN_slug", help="regenerate only this chapter folder (not with --check)")
+    parser.add_argument("--zh", action="store_true",
+                        help="regenerate only zh/, from the committed chapters/ and translations/zh/ (seconds: no execution)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    if args.zh:
+        problems = generate_zh(root, root, args.chapter)
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        print(json.dumps({"zh": translations.SITE, "problems": len(problems)}))
+        return 1 if problems else 0
     if args.check:
         with tempfile.TemporaryDirectory() as scratch:
             problems = generate(root, Path(scratch), run=False)
