@@ -210,10 +210,18 @@ def _words_zh(names: tuple[str, ...]) -> str:
     return quoted[0] if len(quoted) == 1 else "、".join(quoted[:-1]) + " 和 " + quoted[-1]
 
 
+#: The Chinese label of each clause key (the visible tests' ``# contract: <key>`` comments keep the English key).
+LABELS_ZH: dict[str, str] = {
+    "dtype": "数据类型", "gradients": "梯度", "modes": "模式", "inputs": "输入", "random": "随机数",
+    "attributes": "属性", "init": "初始值", "boundary": "边界", "dtype-argument": "dtype 参数",
+    "order": "顺序", "ties": "并列",
+}
+
+
 def markdown(exercise: Exercise, language: str = "en") -> str:
     """The contract as the statement shows it, between ``START`` and ``END`` (in Chinese for "zh")."""
     if language == "zh":
-        bullets = "\n".join(f"- **{key}**：{text}。" for key, text in clauses(exercise, "zh"))
+        bullets = "\n".join(f"- **{LABELS_ZH[key]}**（{key}）：{text}。" for key, text in clauses(exercise, "zh"))
         return (f"{START}\n**约定（contract）。** 除了数值，评分器还用新的输入在每份提交上检查下面每一条；"
                 f"可见测试逐条演示了它们。\n\n{bullets}\n{END}")
     bullets = "\n".join(f"- **{key}**: {text}." for key, text in clauses(exercise))
@@ -228,7 +236,8 @@ def missing_zh(exercise: Exercise) -> list[str]:
     declared += [t for t, used in ((contract.pure_text, not contract.pure), (contract.draws_text, contract.draws),
                                    (contract.attributes_text, bool(contract.attributes)),
                                    (contract.init, bool(contract.init))) if used]
-    return [t for t in declared if t not in ZH]
+    return [t for t in declared if t not in ZH] + [
+        f"the label of clause {key!r} (LABELS_ZH)" for key, _ in clauses(exercise) if key not in LABELS_ZH]
 
 
 def hand_written(source: str) -> str:
