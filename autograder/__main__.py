@@ -60,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--results-dir", help="also keep each submission's results.json here")
     batch.set_defaults(run=lambda a: __import__("autograder.batch", fromlist=["run"]).run(a))
 
+    report = commands.add_parser("report", help="the class at a glance, from grade-batch's --results-dir")
+    report.add_argument("results_dir")
+    report.add_argument("--out", help="where to write it (default: report.html; Markdown goes to stdout)")
+    report.add_argument("--format", choices=("html", "md"), default="html")
+    report.add_argument("--gradebook", help="also show nbgrader's points per student and notebook")
+    report.set_defaults(run=lambda a: __import__("autograder.report", fromlist=["run"]).run(a))
+
     package = commands.add_parser("gradescope-zip", help="build the Gradescope autograder package")
     package.add_argument("--chapter", required=True)
     package.add_argument("--out", help="zip path (default: gradescope-chNN.zip)")
