@@ -1,9 +1,10 @@
 """The graded test cell's entry point: ``grade_in_notebook(exercise_id, globals())``.
 
-It grades with the same harness as ``python -m autograder grade``: the answer's source is
-taken from the notebook file on disk (the kernel's working directory holds it during
-``nbgrader autograde``), else from the kernel's input history, and runs in a sandboxed
-worker. Objects in the kernel's namespace are never called, so a notebook that patched
+It runs when a student runs their own notebook (``nbgrader autograde`` with the course's
+configuration runs no cell: ``nbgrader_plugin`` grades the graded cells without a kernel). It
+grades with the same harness as ``python -m autograder grade``: the answer's source is
+taken from the notebook file on disk (a notebook's kernel starts in the notebook's folder),
+else from the kernel's input history, and runs in a sandboxed worker. Objects in the kernel's namespace are never called, so a notebook that patched
 them earlier cannot change the verdict. The points are returned (the cell's last
 expression, which nbgrader records as partial credit); the feedback goes to stdout and
 nothing to stderr. The kernel's random number generators are left as they were
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sys
 import tempfile
 import traceback
@@ -25,10 +25,6 @@ from pathlib import Path
 import nbformat
 
 from autograder.registry import by_id
-
-#: Set by ``nbgrader autograde`` with the course's configuration (see ``nbgrader_plugin``): the
-#: graded cells are graded outside the kernel afterwards, and their outputs replaced.
-OUTSIDE_KERNEL = "AUTOGRADER_GRADED_OUTSIDE_KERNEL"
 
 
 def _source_notebook(exercise_id: str, namespace: dict, scratch: Path) -> Path:
@@ -47,9 +43,6 @@ def _source_notebook(exercise_id: str, namespace: dict, scratch: Path) -> Path:
 
 def grade_in_notebook(exercise_id: str, namespace: dict) -> float:
     """Grade one exercise of the running notebook; print the feedback; return the points."""
-    if os.environ.get(OUTSIDE_KERNEL):
-        print(f"{exercise_id}: graded outside this kernel by `nbgrader autograde`; its feedback replaces this line.")
-        return 0.0
     from autograder.grade import grade_path
     from autograder.results import table
 

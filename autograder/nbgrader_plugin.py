@@ -1,28 +1,29 @@
-"""nbgrader glue: recompute the graded cells' outputs outside the student's kernel.
+"""nbgrader glue: grade a submitted notebook in the sandbox and never run it in a kernel.
 
-During ``nbgrader autograde`` the graded cells run in the student's kernel, after the
-student's own code, which could have replaced ``grade_in_notebook`` or the printing of its
-result. This preprocessor runs after ``Execute``: for every graded cell the registry knows,
-it grades the notebook's sources with the harness (in this process and its workers, never
-in the kernel) and overwrites the cell's outputs with the feedback and the points, which
-``SaveAutoGrades`` then records. The points are those ``python -m autograder grade`` gives.
-Since those outputs are replaced anyway, the graded cells do not grade inside the kernel
-during ``autograde`` (``OUTSIDE_KERNEL`` tells them so), which halves the work.
+nbgrader's own ``autograde`` runs every cell of a submission in a Jupyter kernel (its ``Execute``
+step), as the instructor, with the instructor's files and environment: a cell there can rewrite the
+course's grader on disk, replace another student's submission or print secrets into its own
+feedback. The course's pipeline has no ``Execute``. In its place :class:`GradeOutsideKernel` grades
+each graded cell the registry knows with the harness (in this process and its sandboxed workers)
+and writes the feedback and the points as the cell's outputs, which ``SaveAutoGrades`` then
+records. The points are those ``python -m autograder grade`` gives. The other cells keep no outputs
+(``ClearOutput`` removed the submitted ones); :class:`FeedbackNote` says so at the top of the
+feedback.
 
 ``OverwriteReleasedCells`` replaces nbgrader's ``OverwriteCells``: nbgrader records a graded
 cell in the gradebook with its hidden tests but releases it without them, so it reported
-every submitted test cell as tampered with (nbgrader issue 1961). Enable both in
-``nbgrader_config.py``::
+every submitted test cell as tampered with (nbgrader issue 1961). ``nbgrader_config.py``
+enables all three::
 
-    from autograder.nbgrader_plugin import autograde_preprocessors, sanitize_preprocessors
+    from autograder.nbgrader_plugin import autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors
     c.Autograde.autograde_preprocessors = autograde_preprocessors()
     c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
+    c.GenerateFeedback.preprocessors = feedback_preprocessors()
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import tempfile
 from pathlib import Path
 
@@ -30,14 +31,14 @@ import nbformat
 from nbgrader import utils
 from nbgrader.api import MissingEntry
 from nbgrader.converters.autograde import Autograde
+from nbgrader.converters.generate_feedback import GenerateFeedback
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
 
-from autograder.hook import OUTSIDE_KERNEL
 from autograder.registry import REGISTRY
 
 
 class GradeOutsideKernel(NbGraderPreprocessor):
-    """Overwrite each graded cell's outputs with the harness's feedback and points."""
+    """Write each graded cell's outputs: the harness's feedback and points, from the sandbox, no kernel."""
 
     def preprocess(self, nb, resources):
         from autograder.grade import grade_path
@@ -46,6 +47,9 @@ class GradeOutsideKernel(NbGraderPreprocessor):
         by_test_id = {e.test_grade_id: e for e in REGISTRY}
         graded = [c for c in nb.cells if c.cell_type == "code"
                   and by_test_id.get(c.get("metadata", {}).get("nbgrader", {}).get("grade_id"))]
+        for cell in nb.cells:  # no cell ran, so none shows an output (a submitted one would be the student's word)
+            if cell.cell_type == "code" and not any(cell is g for g in graded):
+                cell.outputs, cell.execution_count = [], None
         if not graded:
             return nb, resources
         with tempfile.TemporaryDirectory(prefix="nbgrader-grade-") as folder:
@@ -105,11 +109,21 @@ def _with_course(course: Path, resources: dict, exercise, sources, submitted: Pa
     return course
 
 
-class MarkGradedOutsideKernel(NbGraderPreprocessor):
-    """Tell the kernels ``Execute`` starts next that the graded cells are graded outside them."""
+#: The first cell of every feedback notebook (Markdown).
+FEEDBACK_NOTE = (
+    "**How this notebook was graded.** None of its cells was run: each answer was graded in the course's "
+    "sandbox, the way `python -m autograder grade` grades it, and each graded cell below shows that grader's "
+    "report (every case it checked, with its points) and the points the cell earned. The other code cells "
+    "show no output, whatever the notebook held when it was handed in; run the notebook to see them."
+)
+
+
+class FeedbackNote(NbGraderPreprocessor):
+    """Put :data:`FEEDBACK_NOTE` at the top of a feedback notebook, unless it is there already."""
 
     def preprocess(self, nb, resources):
-        os.environ[OUTSIDE_KERNEL] = "1"
+        if not (nb.cells and nb.cells[0].cell_type == "markdown" and nb.cells[0].source == FEEDBACK_NOTE):
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(FEEDBACK_NOTE))
         return nb, resources
 
 
@@ -137,16 +151,20 @@ class OverwriteReleasedCells(OverwriteCells):
         return super().preprocess_cell(cell, resources, cell_index)
 
 
-def autograde_preprocessors(execute: bool = True) -> list:
-    """nbgrader's autograde pipeline with :class:`GradeOutsideKernel` right after ``Execute``.
+def autograde_preprocessors() -> list:
+    """nbgrader's autograde pipeline with :class:`GradeOutsideKernel` in the place of ``Execute``.
 
-    ``execute=False`` drops ``Execute`` too: then no student code ever runs in a kernel
-    (the feedback notebooks show no outputs except the graded cells').
+    No cell of the submission runs: the graded cells' outputs are the sandbox's feedback and points,
+    and the other cells have none.
     """
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = steps.index(Execute)
-    run = [MarkGradedOutsideKernel, Execute] if execute else []
-    return steps[:at] + run + [GradeOutsideKernel] + steps[at + 1:]
+    return steps[:at] + [GradeOutsideKernel] + steps[at + 1:]
+
+
+def feedback_preprocessors() -> list:
+    """nbgrader's feedback steps, then :class:`FeedbackNote`."""
+    return list(GenerateFeedback.class_traits()["preprocessors"].default()) + [FeedbackNote]
 
 
 def sanitize_preprocessors() -> list:
