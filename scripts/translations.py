@@ -76,6 +76,8 @@ LANGUAGE = "zh"
 SITE = "zh"  # the generated Chinese course, beside the English one
 TRANSLATIONS = Path("translations") / LANGUAGE
 SETTINGS = TRANSLATIONS / "site.yml"
+#: The grader's Chinese (its diagnoses of declared mistakes), read by ``autograder.diagnoses_zh``.
+DIAGNOSES = TRANSLATIONS / "diagnoses.yml"
 HASH_LENGTH = 16
 TODO = "python scripts/translations.py todo"
 #: The note that stands above an English unit shown on a pending page.
@@ -604,6 +606,182 @@ def rendering_problems(chinese: str, english: str, avoided: dict[str, list[str]]
 
 
 # --------------------------------------------------------------------------------------------
+# The vocabulary: one Chinese form for each word of the course's interface
+
+VOCABULARY = TRANSLATIONS / "vocabulary.yml"
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+@dataclass(frozen=True)
+class Word:
+    name: str  # the entry's key, e.g. "visible tests"
+    chinese: str  # the course's form, e.g. "可见测试"
+    variants: tuple[str, ...]  # the forms it replaces, e.g. ("公开测试",)
+    allowed: tuple[str, ...] = ()  # longer words that contain a variant and are fine
+
+
+def vocabulary(root: Path = REPO) -> list[Word]:
+    """The interface words of ``translations/zh/vocabulary.yml``, each with its one Chinese form."""
+    entries = yaml.safe_load((root / VOCABULARY).read_text()) or {}
+    return [Word(name, entry["zh"], tuple(entry.get("not") or ()), tuple(entry.get("allow") or ()))
+            for name, entry in entries.items()]
+
+
+def _without_code(text: str) -> str:
+    """``text`` with what reads as code removed: calls (``f(x, memory)``, nested too) and names with ``_`` or ``.``."""
+    while True:
+        shorter = re.sub(r"[\w.]+\([^()]*\)", " ", text)
+        if shorter == text:
+            break
+        text = shorter
+    return re.sub(r"[\w.]*[_.][\w.]+|\w+\.\w+", " ", text)
+
+
+def vocabulary_problems(text: str, words: list[Word], where: str, terms: list[Term] = ()) -> list[str]:
+    """Every form of the vocabulary's ``not`` lists that ``text`` (Chinese prose, or a Chinese string) uses:
+    the course's own forms (the vocabulary's and the glossary's) and the ``allow`` words are set aside
+    first, so 绝对值很大的负数 is not 很大的负数; a form in Latin letters counts as a whole word only."""
+    text = _without_code(text)
+    text = re.sub(r"\|[^|\n\u4e00-\u9fff]*(?=\|)", "|", text)  # a table's English column
+    for word in words:  # the course's form with its English in brackets: 记忆（memory）
+        text = re.sub(rf"{re.escape(word.chinese)}[\s*_]*（[^）\u4e00-\u9fff]*）", word.chinese, text)
+    for form in sorted({w.chinese for w in words} | {t.chinese for t in terms} | {a for w in words for a in w.allowed},
+                       key=len, reverse=True):
+        if _HAN.search(form) or " " in form:
+            text = text.replace(form, " ")
+    found = []
+    for word in words:
+        for variant in word.variants:
+            if re.fullmatch(r"[A-Za-z][A-Za-z -]*", variant):
+                hit = re.search(rf"(?<![\w\-/.]){re.escape(variant)}(?![\w\-/.(])", text, re.I)
+            else:
+                hit = variant in text
+            if hit:
+                found.append(f"{where}: uses {variant!r} where the course writes {word.chinese!r} "
+                             f"({VOCABULARY.as_posix()}: {word.name})")
+    return found
+
+
+def _chinese_lines(source: str) -> str:
+    """The comments and string literals of a code cell that hold Chinese (its translated comments and messages)."""
+    try:
+        tokens = list(tokenize.generate_tokens(StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return "\n".join(line for line in source.splitlines() if _HAN.search(line))
+    return "\n".join(t.string for t in tokens if t.type in (tokenize.COMMENT, tokenize.STRING) and _HAN.search(t.string))
+
+
+def chinese_texts(site: Path, docnames: list[str] | None = None) -> list[tuple[str, str]]:
+    """``(where, text)`` of the Chinese prose of the generated course under ``site``: each Markdown page, each
+    markdown cell of a notebook, and the lines of its code cells that hold Chinese; only ``docnames``, if given."""
+    found = []
+    for path in sorted(site.rglob("*")):
+        docname = path.relative_to(site).with_suffix("").as_posix()
+        if docnames is not None and docname not in docnames or path.name.startswith("_"):
+            continue
+        where = f"{SITE}/{path.relative_to(site).as_posix()}"
+        if path.suffix == ".md":
+            found.append((where, prose(path.read_text())))
+        elif path.suffix == ".ipynb":
+            nb = nbformat.read(path, as_version=4)
+            for cell in nb.cells:
+                text = prose(cell.source) if cell.cell_type == "markdown" else _chinese_lines(cell.source)
+                found.append((f"{where}: cell {cell.get('id')}", text))
+    return found
+
+
+def data_texts(root: Path) -> list[tuple[str, str]]:
+    """``(where, text)`` of the Chinese kept as data: the test messages, the widget table and the grader's."""
+    found = []
+    for path in sorted((root / TRANSLATIONS).rglob("*.messages.yml")):
+        where = path.relative_to(root).as_posix()
+        try:
+            messages = read_messages(root, path.relative_to(root / TRANSLATIONS).as_posix().removesuffix(".messages.yml"))
+        except ValueError:
+            continue  # named by generate
+        found += [(f"{where}: {english[:60]}", chinese) for english, chinese in messages.items()]
+    table = root / WIDGET_TABLE
+    if not table.is_file():
+        table = REPO / WIDGET_TABLE
+    strings = json.loads(table.read_text(encoding="utf-8"))["strings"]
+    found += [(f"{WIDGET_TABLE.as_posix()}: {english[:60]!r}", chinese) for english, chinese in strings.items()]
+    diagnoses = root / DIAGNOSES
+    if diagnoses.is_file():
+        found += [(f"{DIAGNOSES.as_posix()}: {key[:60]!r}", chinese)
+                  for key, chinese in _diagnoses_chinese(yaml.safe_load(diagnoses.read_text()))]
+    return found
+
+
+def _diagnoses_chinese(data: dict) -> list[tuple[str, str]]:
+    """``(English or key, Chinese)`` of every unit of the grader's Chinese (``diagnoses.yml``)."""
+    found = []
+    for section in (data or {}).values():
+        if isinstance(section, dict):
+            found += [(key, unit["zh"] if isinstance(unit, dict) else unit) for key, unit in section.items()]
+        elif isinstance(section, list):
+            found += [(unit.get("en", ""), unit["zh"]) for unit in section if isinstance(unit, dict)]
+    return found
+
+
+def vocabulary_check(root: Path, site: Path, docnames: list[str] | None = None) -> list[str]:
+    """What ``make chapters`` names: a form the vocabulary replaces, anywhere in the Chinese course."""
+    words = vocabulary(root)
+    terms = termbase((root / "glossary.md").read_text())
+    texts = chinese_texts(site, docnames) + data_texts(root)
+    return [problem for where, text in texts for problem in vocabulary_problems(text, words, where, terms)]
+
+
+# --------------------------------------------------------------------------------------------
+# Markup the reader would see: emphasis that CommonMark does not close next to CJK punctuation
+
+_INVISIBLE = ("code", "pre", "script", "style", "kbd", "samp", "tt", "math")
+
+
+def literal_markup(html: str) -> list[tuple[str, str]]:
+    """``(mark, context)`` of every ``*``, ``**`` or backtick that the visible text of ``html`` shows literally (an
+    emphasis CommonMark did not close: ``*“一本书”*：`` opens next to a CJK quotation mark only after a space). Code, preformatted text, scripts and math are not looked at."""
+    from html.parser import HTMLParser
+
+    class Visible(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.stack: list[bool] = []  # per open element: is it invisible?
+            self.text: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag in ("br", "img", "hr", "input", "meta", "link", "wbr", "source"):
+                return
+            classes = (dict(attrs).get("class") or "").split()
+            self.stack.append(tag in _INVISIBLE or any(c in ("math", "highlight", "output", "cell_output") for c in classes))
+
+        def handle_endtag(self, tag):
+            if self.stack and tag not in ("br", "img", "hr", "input", "meta", "link", "wbr", "source"):
+                self.stack.pop()
+
+        def handle_data(self, data):
+            self.text.append(" " if any(self.stack) else data)
+
+    parser = Visible()
+    parser.feed(html)
+    text = "".join(parser.text)
+    return [(m[0], " ".join(text[max(0, m.start() - 20): m.end() + 20].split())) for m in re.finditer(r"\*+|`+", text)]
+
+
+def _markdown_renderer():
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+    return MarkdownIt("commonmark").enable("table").use(dollarmath_plugin)
+
+
+def markup_problems(text: str, where: str, renderer=None) -> list[str]:
+    """A Chinese unit (Markdown) that would show ``*``, ``**`` or a backtick: rendered as the site renders it."""
+    html = (renderer or _markdown_renderer()).render(text)
+    return [f"{where}: shows a literal {mark!r} ({context!r}): CommonMark leaves * and ** open next to CJK "
+            "punctuation; write <em>...</em> or <strong>...</strong>, or rephrase" for mark, context in literal_markup(html)]
+
+
+# --------------------------------------------------------------------------------------------
 # Generation of zh/
 
 
@@ -669,9 +847,15 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     if only is None:
         shutil.rmtree(site, ignore_errors=True)
     widget_words = widget_table()
+    renderer = _markdown_renderer()
     for page, source in pages:
-        shown, outcome = translate_units(page, read_sidecar(root, page.docname), page.docname in pending)
+        translations = read_sidecar(root, page.docname)
+        shown, outcome = translate_units(page, translations, page.docname in pending)
         problems += outcome.problems
+        if page.docname not in PLAIN:
+            sidecar = (TRANSLATIONS / f"{page.docname}.md").as_posix()
+            problems += [found for key, text in shown.items() if key in translations and translations[key].text == text
+                         for found in markup_problems(text, f"{sidecar}: cell {key}", renderer)]
         if isinstance(source, nbformat.NotebookNode) and page.docname not in pending:
             problems += contract_problems(page.docname, source)
         messages: dict[str, str] = {}
@@ -698,6 +882,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
             target.with_suffix(".md").write_text(translate_text(page, shown))
     if only is None:
         problems += stale_widget_entries(widget_words)
+    problems += vocabulary_check(root, site, None if only is None else [page.docname for page, _ in pages])
     glossary = (root / "glossary.md").read_text()
     words = sorted({t.chinese for t in termbase(glossary) if " " not in t.chinese})
     (site / SEARCH_DICTIONARY).write_text("".join(f"{w}\n" for w in words))
@@ -729,9 +914,25 @@ def build_site(html: Path, root: Path = REPO, fresh: bool = False) -> str:
     log = done.stdout + done.stderr
     if done.returncode != 0 or "WARNING" in log:
         raise RuntimeError(f"the Chinese site did not build cleanly:\n{log[-5000:]}")
+    shown = site_markup_problems(work / "_build" / "html")
+    if shown:
+        raise RuntimeError("the Chinese site shows Markdown's markup as text:\n" + "\n".join(shown))
     shutil.rmtree(html / SITE, ignore_errors=True)
     shutil.copytree(work / "_build" / "html", html / SITE)
     return log
+
+
+def site_markup_problems(html: Path) -> list[str]:
+    """Every built page of the Chinese site whose visible text shows ``*``, ``**`` or a backtick."""
+    found = []
+    for page in sorted(html.rglob("*.html")):
+        if page.name in ("search.html", "genindex.html") or "_static" in page.parts:
+            continue
+        text = page.read_text(encoding="utf-8")
+        main = re.search(r"<main\b.*?</main>", text, re.S)  # the page's content, not the theme around it
+        found += [f"{page.relative_to(html).as_posix()}: shows a literal {mark!r} ({context!r})"
+                  for mark, context in literal_markup(main[0] if main else text)]
+    return found
 
 
 # --------------------------------------------------------------------------------------------
@@ -760,7 +961,11 @@ def status(root: Path) -> int:
         for line in lines:
             print(f"  {line}")
         findings += len(lines)
-    return 1 if findings else 0
+    found = vocabulary_check(root, root / SITE)
+    print(f"vocabulary ({VOCABULARY.as_posix()}): {len(found)} other forms")
+    for line in found:
+        print(f"  {line}")
+    return 1 if findings or found else 0
 
 
 def _glossary_shown(root: Path) -> tuple[Page, dict[str, str]]:
