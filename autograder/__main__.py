@@ -11,6 +11,9 @@ import traceback
 from autograder.results import error_results, table, to_gradescope, write_results
 
 
+NOT_GRADED_EXIT = 3  # some case could not be run even after a retry: this run is no grade
+
+
 def _grade(args: argparse.Namespace) -> int:
     start = time.monotonic()
     try:
@@ -38,7 +41,7 @@ def _grade(args: argparse.Namespace) -> int:
     write_results(to_gradescope(report), args.results)
     print(table(report))
     print(f"\nresults written to {args.results} ({report.execution_time:.1f} s)")
-    return 0
+    return NOT_GRADED_EXIT if report.not_graded else 0
 
 
 def main(argv: list[str] | None = None) -> int:

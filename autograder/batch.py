@@ -42,6 +42,9 @@ def _grade_one(path: Path, chapter: str | None, results_dir: Path | None) -> dic
         results = to_gradescope(report)
         row.update(score=report.score, max_score=report.max_score, seconds=round(report.execution_time, 1),
                    error="")
+        if report.not_graded:  # no grade: the score would count the grader's trouble as the student's
+            row.update(score="", error=f"not graded: {len(report.not_graded)} case(s) could not be run "
+                                       "(autograder error); grade this submission again")
         for exercise in REGISTRY:
             if any(t.name.startswith(exercise.id + " ") for t in report.tests):
                 row[exercise.id] = report.exercise_score(exercise.id)

@@ -79,6 +79,7 @@ def run_checks(runs: list) -> None:
         result = case.run.results.get(case.number)
         if result is None:
             case.run.results[case.number] = TestResult(case.run.name(case.number), 0.0, case.run.weights[case.number],
-                                                       f"{ERROR_NOTE}: this case {outcome}.\n\n```\n{text}\n```")
+                                                       f"{ERROR_NOTE}: this case {outcome}.\n\n```\n{text}\n```",
+                                                       not_graded=True)
         elif outcome != "passed":
             result.score = 0.0

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.extract import (MAX_NOTEBOOK_BYTES, Cell, Extraction, Notebook, Unreadable, _read_capped,
+from autograder.extract import (MAX_NOTEBOOK_BYTES, TOO_DEEP, Cell, Extraction, Notebook, Unreadable, _read_capped,
                                 _strip_magics, extract, find_notebook, normalised, parse_notebook, read_submission)
 from autograder.registry import REGISTRY, Exercise
 
@@ -139,7 +139,7 @@ def _defined(nb: Notebook) -> set[str]:
             continue
         try:
             body = ast.parse(_strip_magics(cell.source)).body
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         names |= {n.name for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
                   and not _definition_is_stub(n)}
@@ -158,7 +158,7 @@ def _chapter_imports(nb: Notebook, label: str) -> list[dict]:
             continue
         try:
             body = ast.parse(_strip_magics(cell.source)).body
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         chunks += [{"label": label, "source": ast.unparse(n)} for n in body
                    if isinstance(n, (ast.Import, ast.ImportFrom)) and not _imports_course(n)]
@@ -195,8 +195,11 @@ def gather_pieces(notebooks: list[Notebook | Unreadable], capstone: Notebook | N
             source = _strip_magics(cell.source)
             try:
                 tree = ast.parse(source)
+                chunks, dropped = _statements(source, label)
             except SyntaxError as exc:
                 problem = f"{where}: your answer for `{piece.name}` has a syntax error (line {exc.lineno}: {exc.msg})"
+            except (RecursionError, MemoryError, ValueError):
+                problem = f"{where}: your answer for `{piece.name}` {TOO_DEEP}"
             else:
                 if is_stub(tree, piece.name):
                     problem = f"{where}: `{piece.name}` is not implemented yet (still the stub)"
@@ -205,7 +208,6 @@ def gather_pieces(notebooks: list[Notebook | Unreadable], capstone: Notebook | N
                     if nb.name not in done_imports:
                         done_imports.add(nb.name)
                         found.chunks += _chapter_imports(nb, f"{piece.chapter}'s imports")
-                    chunks, dropped = _statements(source, label)
                     found.chunks += chunks
                     found.sources[piece.name] = where
                     if dropped:

@@ -44,6 +44,7 @@ MAX_FOLDER_ENTRIES = 2000  # files and folders looked at in a submitted folder
 MAX_FOLDER_DEPTH = 8
 MAX_NOTEBOOKS = 64
 _MAGIC = re.compile(r"^\s*[%!]")
+TOO_DEEP = "is nested too deeply to read (a very long expression, or deep nesting)"
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -367,7 +368,9 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
             tree = ast.parse(source)
             parsed.append((cell, tree.body, source))
         except SyntaxError as exc:
-            parsed.append((cell, None, f"line {exc.lineno}: {exc.msg}"))
+            parsed.append((cell, None, f"has a syntax error ({code(f'line {exc.lineno}: {exc.msg}')})"))
+        except (RecursionError, MemoryError, ValueError):  # a 5,000-term expression; a NUL byte
+            parsed.append((cell, None, TOO_DEEP))
     answers = [p for p in parsed if p[0].grade_id == exercise.solution_grade_id]
     if len(answers) > 1:
         result.notes.append(f"{len(answers)} cells carry the answer id `{exercise.solution_grade_id}`; "
@@ -383,16 +386,19 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
         result.error = f"no definition of `{exercise.name}` was found in the notebook"
         return result
     if answer[1] is None:
-        result.error = f"your answer cell has a syntax error ({code(answer[2])}); Python cannot run it"
+        result.error = f"your answer cell {answer[2]}; Python cannot run it"
         return result
     for cell, body, source in parsed:
         label = f"cell {cell.index + 1}"
         if body is None:
-            result.notes.append(f"{label} has a syntax error ({code(source)}) and was skipped")
+            result.notes.append(f"{label} {source} and was skipped")
             continue
         result.cells[label] = source
         if cell is answer[0]:
-            result.chunks.append(_chunk(label, source))
+            try:
+                result.chunks.append(_chunk(label, source))
+            except (RecursionError, MemoryError):  # ast.unparse of 1,000 terms
+                return Extraction(notes=result.notes, error=f"your answer cell {TOO_DEEP}; it was not run")
             result.answer_source, result.answer_label = source, label
             continue
         lines = source.splitlines()
@@ -400,7 +406,11 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
             # One chunk per statement, so a failing import does not take the next ones with it;
             # blank lines in front keep the line numbers of the cell.
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            result.chunks.append(_chunk(label, "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])))
+            try:
+                result.chunks.append(_chunk(label, "\n" * (first - 1) + "\n".join(lines[first - 1: node.end_lineno])))
+            except (RecursionError, MemoryError):
+                result.notes.append(f"{label}, line {first}: this statement {TOO_DEEP} and was skipped")
+                continue
             if cell.index > answer[0].index and _defines(node, exercise.name):
                 result.notes.append(f"`{exercise.name}` is defined again in {label}, after the answer cell; "
                                     "as in a kernel, the last definition was graded")
@@ -427,14 +437,14 @@ def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:
     for chunk in extraction.chunks:
         try:
             body = ast.parse(chunk["source"]).body
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         for node in body:
             for name in _bound_names(node):
                 definitions.setdefault(name, []).append(node)
     try:
         todo: list[ast.AST] = [ast.parse(extraction.answer_source)]
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         return []
     seen: set[int] = set()
     used: set[str] = set()

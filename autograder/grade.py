@@ -400,8 +400,9 @@ class ExerciseRun:
         return "\n\n".join([paragraphs[0], f"(listed in full on the line `{self.name(0)}`)", paragraphs[-1]])
 
     def _fail(self, number: int, why: str) -> TestResult:
+        """Case ``number`` scores nothing, for the reason ``why``; an autograder error is no grade at all."""
         return TestResult(self.name(number), 0.0, self.weights[number],
-                          f"Checked: {self.cases[number].checks}.\n\n{why}")
+                          f"Checked: {self.cases[number].checks}.\n\n{why}", not_graded=why.startswith(ERROR_NOTE))
 
     def _run(self, number: int) -> TestResult:
         case, exercise = self.cases[number], self.exercise
@@ -443,8 +444,11 @@ class ExerciseRun:
 
     def _start_worker(self) -> None:
         try:
-            self.worker = Worker(self.setup, self.limits, [self.provided])
-        except SandboxFailed as failed:  # nothing of the student's ran: fail closed, as the grader's fault
+            try:
+                self.worker = Worker(self.setup, self.limits, [self.provided])
+            except SandboxFailed:  # the grader's trouble, not the answer's: once more, with a fresh fork server
+                self.worker = Worker(self.setup, self.limits, [self.provided], fresh_server=True)
+        except SandboxFailed as failed:  # nothing of the student's ran: fail closed, and the case is not graded
             self.load_failure = f"{ERROR_NOTE}: {failed.reason}"
             raise
         except WorkerDied as died:

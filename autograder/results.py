@@ -17,6 +17,9 @@ from autograder.feedback import fenced
 
 ERROR_NOTE = "autograder error (not your fault)"
 ERROR_TEST = ERROR_NOTE
+NOT_GRADED = ("**Not graded yet**: the grader could not run {n} case(s) of this submission, even after trying "
+              "again (its fault, not yours). The score below leaves them out; your instructor has been told and "
+              "will grade it again.")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class TestResult:
     output: str
     visibility: str = "visible"
     passed: bool | None = None  # for 0-point lines (policy, performance); else score decides
+    not_graded: bool = False  # the grader could not run this case (its fault): no grade, not a lost point
 
     @property
     def status(self) -> str:
@@ -72,6 +76,12 @@ class Report:
     def exercise_score(self, exercise_id: str) -> float:
         return round(sum(t.score for t in self.tests if t.name.startswith(exercise_id + " ")), 2)
 
+    @property
+    def not_graded(self) -> list[str]:
+        """The cases the grader could not run after retrying: while there are any, the run is no grade."""
+        return [t.name for t in self.tests if t.not_graded]
+
+
 GRADESCOPE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -110,13 +120,17 @@ GRADESCOPE_SCHEMA = {
 def to_gradescope(report: Report) -> dict:
     """The results dictionary Gradescope reads."""
     summary = f"Score: {report.score:g} / {report.max_score:g}"
+    extra = {"seeds": report.seeds, "max_score": report.max_score, "sandbox": report.sandbox}
+    if report.not_graded:
+        summary = NOT_GRADED.format(n=len(report.not_graded)) + "\n\n" + summary
+        extra["not_graded"] = report.not_graded
     return {
         "score": report.score,
         "execution_time": round(report.execution_time, 3),
         "output": "\n\n".join([summary, *report.notes]),
         "output_format": "md",
         "stdout_visibility": "hidden",
-        "extra_data": {"seeds": report.seeds, "max_score": report.max_score, "sandbox": report.sandbox},
+        "extra_data": extra,
         "tests": [_test(t) for t in report.tests],
     }
 
@@ -153,5 +167,7 @@ def table(report: Report) -> str:
     lines = [f"{'test':<{width}}  {'points':>9}  status", "-" * (width + 19)]
     lines += [f"{n:<{width}}  {p:>9}  {s}" for n, p, s in rows]
     lines += ["-" * (width + 19), f"{'total':<{width}}  {f'{report.score:g}/{report.max_score:g}':>9}"]
+    if report.not_graded:
+        lines.append(NOT_GRADED.format(n=len(report.not_graded)).replace("**", ""))
     details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.name.endswith(" notes")]
     return "\n".join(lines + details + ([""] + report.notes if report.notes else []))

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,10 +139,12 @@ class _ForkServer:
                 argv = view_argv(view, script, self.shown) + [sys.executable, "-I", "-S", "-u", "-B", VIEW_SCRIPT]
             else:
                 argv = [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT)]
-            self.proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-                [*argv, str(theirs.fileno())], pass_fds=[fd for fd in (theirs.fileno(), script) if fd >= 0],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors, env=_ENV, cwd="/",
-                start_new_session=True)
+            # Started from a thread that lives as long as this process: bubblewrap's --die-with-parent
+            # (PR_SET_PDEATHSIG) fires when the *thread* that started it ends, not the process.
+            self.proc = _LAUNCHER.submit(
+                subprocess.Popen, [*argv, str(theirs.fileno())],
+                pass_fds=[fd for fd in (theirs.fileno(), script) if fd >= 0], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=errors, env=_ENV, cwd="/", start_new_session=True).result()
         finally:
             theirs.close()
             if script >= 0:
@@ -174,9 +177,12 @@ class _ForkServer:
     def spawn(self, fds: list[int], isolate: bool) -> tuple[int, int]:
         """Fork a worker wired to ``fds``; (waiting child's PID, worker's PID)."""
         with self.lock:
-            socket.send_fds(self.sock, [json.dumps({"isolate": isolate}).encode()], fds)
-            reply = json.loads(self.sock.recv(1 << 16))
-        return reply["pid"], reply["worker"]
+            try:
+                socket.send_fds(self.sock, [json.dumps({"isolate": isolate}).encode()], fds)
+                reply = json.loads(self.sock.recv(1 << 16) or b"null")
+                return int(reply["pid"]), int(reply["worker"])
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                raise ServerGone(f"the fork server did not answer ({type(exc).__name__})") from None
 
     def close(self) -> None:
         """Stop the server (its workers die with it)."""
@@ -185,12 +191,18 @@ class _ForkServer:
         self.proc.wait()
 
 
+class ServerGone(OSError):
+    """The fork server ended or stopped answering: start another and ask again."""
+
+
 class _NoView(Exception):
     """bubblewrap could not start the fork server inside the view (the reason, for the results)."""
 
 
 _SERVER: _ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
+# One thread that lives until the interpreter exits starts every fork server (see _ForkServer._start).
+_LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fork-server-launcher")
 # The whole environment of the fork server and its workers (PYTHON* variables would be
 # ignored anyway: ``-I``); ``-u`` keeps what a worker prints even when it is killed.
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp",
@@ -202,11 +214,14 @@ _MEMORY: dict = {}
 RESERVE_ENV = "AUTOGRADER_RESERVE_MB"
 
 
-def fork_server() -> _ForkServer:
-    """The running fork server, started (again) when needed."""
+def fork_server(stale: _ForkServer | None = None) -> _ForkServer:
+    """The running fork server, started (again) when needed: when there is none, it has ended, or it is
+    ``stale`` (it failed to answer a request)."""
     global _SERVER
     with _SERVER_LOCK:
-        if _SERVER is None or _SERVER.proc.poll() is not None:
+        if _SERVER is not None and _SERVER is stale:
+            _SERVER.close()
+        if _SERVER is None or _SERVER is stale or _SERVER.proc.poll() is not None:
             _SERVER = _ForkServer()
         return _SERVER
 
@@ -497,8 +512,11 @@ class Worker:
     buffers: list[bytes] = field(default_factory=list)
     ready: dict = field(default_factory=dict)
     output: list[str] = field(default_factory=list)
+    fresh_server: bool = False  # start a new fork server first (the last one failed this worker)
 
     def __post_init__(self) -> None:
+        if self.fresh_server:
+            fork_server(stale=fork_server())
         isolate, own_user, _ = isolation()
         self.spent = 0.0  # the worker's own seconds (see OwnTime), over its start and its calls
         self.pid = self.worker_pid = -1
@@ -521,16 +539,25 @@ class Worker:
 
     def _start(self, isolate: bool, own_user: bool) -> None:
         server = fork_server()
-        if isolate and server.view_problem:
-            raise SandboxFailed(f"{server.view_problem}, so your code was not run")
-        req_r, self._req_w = os.pipe()
-        self._resp_r, resp_w = os.pipe()
-        self._out_r, out_w = os.pipe()
-        try:
-            self.pid, self.worker_pid = server.spawn([req_r, resp_w, out_w], isolate)
-        finally:
-            for fd in (req_r, resp_w, out_w):
-                os.close(fd)
+        for attempt in range(2):  # a server that died since its last answer is replaced once
+            if isolate and server.view_problem:
+                raise SandboxFailed(f"{server.view_problem}, so your code was not run")
+            req_r, self._req_w = os.pipe()
+            self._resp_r, resp_w = os.pipe()
+            self._out_r, out_w = os.pipe()
+            try:
+                self.pid, self.worker_pid = server.spawn([req_r, resp_w, out_w], isolate)
+                break
+            except ServerGone as gone:
+                for fd in (self._req_w, self._resp_r, self._out_r):
+                    os.close(fd)
+                self._req_w = self._resp_r = self._out_r = -1
+                if attempt:
+                    raise SandboxFailed(f"{gone}, twice, so your code was not run") from None
+                server = fork_server(stale=server)
+            finally:
+                for fd in (req_r, resp_w, out_w):
+                    os.close(fd)
         os.set_blocking(self._req_w, False)  # every write has a deadline (see _send)
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()

@@ -1,0 +1,187 @@
+"""The trust boundary attacked as a student would: each break found by doing so, as a regression test.
+
+The grader's own lifetimes (a fork server started from a thread that then ends), the code a grade rests
+on (an answer that reaches for the harness), what reaches a terminal (control characters), what reading a
+notebook costs (a cell too deep to parse), the time a worker's children burn, and refusing to grade
+without the sandbox's allowlist.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from autograder.sandbox import REPO_ROOT, Limits, bwrap_binary
+
+pytestmark = pytest.mark.slow
+
+
+def _python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(bwrap_binary() is None, reason="bubblewrap ties the fork server's life to a thread")
+def test_a_fork_server_started_from_a_thread_that_ends_lives_on():
+    """``--die-with-parent`` is ``PR_SET_PDEATHSIG``, which fires when the *thread* that started bubblewrap ends:
+    ``python -m autograder grade`` started the fork server from a short-lived thread, so under load a worker's
+    start met a dead server ("the worker could not be started (JSONDecodeError ...)") and a correct answer lost
+    its points as an autograder error."""
+    done = _python("""
+        import threading, time
+        from autograder import sandbox
+        from autograder.registry import by_id
+        from autograder.grade import grade_path
+        servers = []
+        started = threading.Thread(target=lambda: servers.append(sandbox.fork_server()))
+        started.start()
+        started.join()
+        time.sleep(3)  # the kernel's death signal arrives within a second of the thread's end
+        server = servers[0]
+        print("alive" if server.proc.poll() is None else f"dead {server.proc.poll()}")
+        report = grade_path("solutions/04_masks/masks.ipynb", only="ch04.subsequent_mask")
+        print(report.exercise_score("ch04.subsequent_mask"), by_id("ch04.subsequent_mask").points)
+        """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split("\n")
+    assert lines[0] == "alive", done.stdout
+    got, full = lines[1].split()
+    assert float(got) == float(full), done.stdout
+
+
+_STARTS = """
+    import sys, threading, time
+    from autograder import sandbox
+    from autograder.extract import read_submission, find_notebook
+    from autograder.grade import ExerciseRun
+    from autograder.registry import by_id
+    exercise = by_id("ch04.subsequent_mask")
+    nb = find_notebook(read_submission("solutions/04_masks/masks.ipynb"), exercise)
+    run = ExerciseRun(nb, exercise, seed=1, public_only=True, limits=sandbox.Limits())
+    failures, started = [], time.monotonic()
+    def start():  # each from a thread that ends at once, as a grading thread may
+        try:
+            worker = sandbox.Worker(run.setup, run.limits, [run.provided])
+            assert worker.ready.get("found") is True, worker.ready
+            worker.kill()
+        except Exception as exc:
+            failures.append(repr(exc)[:300])
+    for _ in range(int(sys.argv[1])):
+        thread = threading.Thread(target=start)
+        thread.start()
+        thread.join()
+    print(len(failures), f"{time.monotonic() - started:.1f}", *failures[:3], sep="\\n")
+    """
+
+
+def test_worker_starts_under_load_never_fail():
+    """200 worker starts in a row, each from a thread that ends, while another process starts its own and
+    busy loops keep twice the CPU count runnable: not one start fails."""
+    import os
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        runs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_STARTS), str(n)], cwd=REPO_ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (200, 40)]
+        outputs = [run.communicate(timeout=900) for run in runs]
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    for (out, err), run in zip(outputs, runs):
+        assert run.returncode == 0, err[-3000:]
+        failed, *_ = out.split("\n")
+        assert failed == "0", out
+
+
+def _deep(terms: int) -> str:
+    return "total = " + " + ".join(["1"] * terms) + "\n"
+
+
+@pytest.mark.parametrize("terms", [1_000, 5_000])
+def test_a_cell_too_deep_to_read_costs_only_itself(tmp_path, terms):
+    """1,000 terms break ``ast.unparse`` and 5,000 ``ast.parse`` (``RecursionError``): once that made extraction
+    raise, ``grade`` exit 2 and every correct exercise of the notebook 0. Now that cell is skipped with a line
+    that says why, and both exercises keep their points."""
+    import nbformat
+
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import notebook, write
+
+    nb = notebook(before=[nbformat.v4.new_code_cell(_deep(terms))])
+    report = grade_path(write(nb, tmp_path), limits=Limits(call_timeout_s=5.0))
+    assert report.score == report.max_score == 10.0, [t.output for t in report.tests if t.score < t.max_score]
+    notes = "\n".join(t.output for t in report.tests if t.name.endswith(" notes"))
+    assert "nested too deeply" in notes, notes
+
+
+def test_an_answer_too_deep_to_read_costs_that_exercise_only(tmp_path):
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import ATTENTION, notebook, write
+
+    report = grade_path(write(notebook(attention=ATTENTION + _deep(2_000)), tmp_path), limits=Limits(call_timeout_s=5.0))
+    assert report.exercise_score("ch03.attention") == 0.0
+    assert report.exercise_score("ch03.softmax_saturation") == 4.0
+    lines = [t.output for t in report.tests if t.name.startswith("ch03.attention ")]
+    assert lines and all("nested too deeply" in line for line in lines if "Checked" in line), lines
+    assert not report.not_graded
+
+
+def test_a_fork_server_that_died_unnoticed_is_replaced_and_the_answer_keeps_its_points(tmp_path):
+    """The server died after the harness last looked (as when bubblewrap's parent thread ended): the next
+    worker's start is asked of a dead server; the harness starts another and asks again."""
+    from autograder import sandbox
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import notebook, write
+
+    server = sandbox.fork_server()
+    real = server.proc
+
+    class LooksAlive:  # what the harness saw: a server whose death it had not noticed yet
+        def poll(self):
+            return None
+
+        def kill(self):
+            real.kill()
+
+        def wait(self):
+            return real.wait()
+
+    real.kill()
+    real.wait()
+    server.proc = LooksAlive()
+    report = grade_path(write(notebook(), tmp_path), only="ch03.attention", limits=Limits(call_timeout_s=5.0))
+    assert report.exercise_score("ch03.attention") == 6.0, [t.output for t in report.tests]
+    assert sandbox.fork_server() is not server
+
+
+def test_a_case_the_grader_cannot_run_is_not_graded_rather_than_lost(tmp_path, monkeypatch, capsys):
+    """A sandbox that cannot be built, even on a second try with a fresh fork server: the cases are reported as
+    not graded (results, exit status and the batch's row say so), never as points the student lost."""
+    import json
+
+    from autograder import __main__ as cli
+    from autograder import batch, sandbox
+    from tests.grader_fixtures import notebook, write
+
+    tries = []
+
+    def broken(self, isolate, own_user):
+        tries.append(self.fresh_server)
+        raise sandbox.SandboxFailed("the sandbox could not be closed (planted), so your code was not run")
+
+    monkeypatch.setattr(sandbox.Worker, "_start", broken)
+    path = write(notebook(), tmp_path / "alice")
+    results = tmp_path / "results.json"
+    status = cli.main(["grade", str(path), "--results", str(results)])
+    assert status == cli.NOT_GRADED_EXIT == 3
+    data = json.loads(results.read_text())
+    assert data["output"].startswith("**Not graded yet**")
+    assert len(data["extra_data"]["not_graded"]) == len([t for t in data["tests"] if t["max_score"] > 0])
+    assert tries[:2] == [False, True]  # tried again with a fresh fork server before giving up
+    assert "Not graded yet" in capsys.readouterr().out
+    row = batch._grade_one(path, None, None)
+    assert row["score"] == "" and row["error"].startswith("not graded")
