@@ -8,6 +8,7 @@ import threading
 import time
 import traceback
 
+from autograder.feedback import clean
 from autograder.results import error_results, table, to_gradescope, write_results
 
 
@@ -31,12 +32,12 @@ def _grade(args: argparse.Namespace) -> int:
             results["tests"][0]["name"] = "could not read the submission"
             results["output"] = str(exc)
             write_results(results, args.results)
-            print(f"could not read the submission: {exc}")
+            print(clean(f"could not read the submission: {exc}"))
             return 0
     except Exception:  # noqa: BLE001 - the grader failed: results must still exist
         message = traceback.format_exc()
         write_results(error_results(message, time.monotonic() - start), args.results)
-        print(message, file=sys.stderr)
+        print(clean(message), file=sys.stderr)
         return 2
     write_results(to_gradescope(report), args.results)
     print(table(report))

@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from autograder.extract import SubmissionError
+from autograder.feedback import clean
 from autograder.grade import grade_path
 from autograder.registry import REGISTRY
 from autograder.results import error_results, to_gradescope, write_results
@@ -106,7 +107,7 @@ def write_csv(rows: list[dict], out: Path) -> None:
     with open(out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, restval="")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: clean(v) if isinstance(v, str) else v for k, v in row.items()} for row in rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
     rows = grade_folder(folder, chapter=args.chapter, jobs=args.jobs, results_dir=results_dir)
     write_csv(rows, Path(args.out))
     for row in rows:
-        print(f"{row['submission']:<40} {row['score']!s:>6} / {row['max_score']!s:<6} {row['error'][:60]}")
+        print(clean(f"{row['submission']:<40} {row['score']!s:>6} / {row['max_score']!s:<6} {row['error'][:60]}"))
     print(f"{len(rows)} submissions graded; grades written to {args.out}")
     return 0

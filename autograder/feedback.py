@@ -22,9 +22,20 @@ RUN_CAP = 60_000  # characters of all the feedback of one run
 _CUT = "\n[... truncated ...]"
 
 
+# C0 and C1 control characters but newline and tab (an ANSI escape redraws a terminal), DEL, and the
+# bidirectional overrides and isolates (they reorder what a reader sees, as in "Trojan Source").
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: str) -> str:
+    """``text`` without the characters that act instead of showing (``_CONTROLS``): safe for a terminal, a
+    file, Markdown and HTML alike. Every student byte is cleaned before it leaves the grader."""
+    return _CONTROLS.sub("", str(text))
+
+
 def fenced(text: str, cap: int = TEXT_CAP) -> str:
     """``text`` (student-controlled) as an inert Markdown code block, at most ``cap`` characters of it."""
-    text = str(text)
+    text = clean(text)
     if len(text) > cap:
         text = text[:cap] + _CUT
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
@@ -39,7 +50,7 @@ def code(text: str, cap: int = 300) -> str:
     the fence is one backtick longer than the longest run in the text, and spaces pad a text that
     starts or ends with a backtick, as CommonMark asks.
     """
-    text = " ".join(str(text)[:cap].splitlines()) + ("..." if len(str(text)) > cap else "")
+    text = " ".join(clean(text)[:cap].splitlines()) + ("..." if len(str(text)) > cap else "")
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
@@ -70,10 +81,12 @@ def _cut(output: str, cap: int) -> str:
 
 
 def bound(tests: list) -> None:
-    """Cut each test's ``output`` to ``TEST_CAP`` and the run's to ``RUN_CAP`` (in place)."""
+    """Clean each test's name and ``output`` and cut the output to ``TEST_CAP``, the run's to ``RUN_CAP``
+    (in place)."""
     left = RUN_CAP
     for test in tests:
-        test.output = _cut(test.output, min(TEST_CAP, max(left, 0)))
+        test.name = clean(test.name)
+        test.output = _cut(clean(test.output), min(TEST_CAP, max(left, 0)))
         if left <= 0:
             test.output = "[feedback omitted: this run's feedback reached its size limit]"
         left -= len(test.output)

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.feedback import fenced
+from autograder.feedback import clean, fenced
 
 ERROR_NOTE = "autograder error (not your fault)"
 ERROR_TEST = ERROR_NOTE
@@ -155,8 +155,19 @@ def write_results(results: dict, path: str | os.PathLike) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-")
     with os.fdopen(fd, "w") as handle:
-        json.dump(results, handle, indent=2)
+        json.dump(_cleaned(results), handle, indent=2)
     os.replace(tmp, path)
+
+
+def _cleaned(value):
+    """``value`` (JSON data) with every string cleaned of control characters (``feedback.clean``)."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    return value
 
 
 def table(report: Report) -> str:
@@ -170,4 +181,4 @@ def table(report: Report) -> str:
     if report.not_graded:
         lines.append(NOT_GRADED.format(n=len(report.not_graded)).replace("**", ""))
     details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.name.endswith(" notes")]
-    return "\n".join(lines + details + ([""] + report.notes if report.notes else []))
+    return clean("\n".join(lines + details + ([""] + report.notes if report.notes else [])))

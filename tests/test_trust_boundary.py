@@ -185,3 +185,36 @@ def test_a_case_the_grader_cannot_run_is_not_graded_rather_than_lost(tmp_path, m
     assert "Not graded yet" in capsys.readouterr().out
     row = batch._grade_one(path, None, None)
     assert row["score"] == "" and row["error"].startswith("not graded")
+
+
+_FORGED_TABLE = "\\x1b[2J\\x1b[H\\x1b[32mtotal  10/10\\x1b[0m \\u202eevil\\u202c \\x9b31m \\x07"
+
+
+def test_control_characters_never_reach_a_terminal_or_a_file(tmp_path):
+    """A submission that prints ANSI escapes (clear the screen, draw a fake "total 10/10") and raises with bidi
+    overrides: nothing of them reaches the table `grade` prints, results.json or the batch's CSV."""
+    import csv
+    import json
+
+    from tests.grader_fixtures import notebook, write
+
+    attention = ("def attention(query, key, value, mask=None, dropout=None):\n"
+                 f"    print('{_FORGED_TABLE}')\n"
+                 f"    raise ValueError('{_FORGED_TABLE}')\n")
+    folder = tmp_path / "class"
+    write(notebook(attention=attention), folder / "mallory\u202e")
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(folder / "mallory\u202e"), "--results",
+                           str(tmp_path / "results.json")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0, printed[-2000:]
+    assert "evil" in printed and "total  10/10" in printed  # the text is kept, its controls are not
+    saved = (tmp_path / "results.json").read_text()
+    batch = subprocess.run([sys.executable, "-m", "autograder", "grade-batch", str(folder), "--out",
+                            str(tmp_path / "grades.csv"), "--jobs", "1"], cwd=REPO_ROOT, capture_output=True,
+                           text=True, timeout=600)
+    grades = (tmp_path / "grades.csv").read_text()
+    for text in (printed, json.dumps(json.loads(saved), ensure_ascii=False), batch.stdout, grades):
+        bad = [c for c in text if (ord(c) < 32 and c not in "\n\t\r") or 0x7f <= ord(c) <= 0x9f
+               or 0x202a <= ord(c) <= 0x202e or 0x2066 <= ord(c) <= 0x2069]
+        assert not bad, (bad[:5], text[:500])
+    assert list(csv.DictReader(grades.splitlines()))[0]["ch03.softmax_saturation"] == "4.0"
