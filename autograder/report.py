@@ -71,7 +71,8 @@ DETAIL_CAP = 300
 LABELS = {
     "en": {
         "title": "The class at a glance",
-        "lede": "{n} submissions; median total {median} of {max}; {full} with full marks.",
+        "lede": "{n} submissions; median total {median} of {max}; {full} with full marks. Crashes, time-outs "
+                "and memory limits: {incidents}. Lines to review: {review}.",
         "chapter": "Chapter {n}",
         "figure": "Scores of each exercise in chapter {n}: points across, submissions up.",
         "exercise": "{points} points; median {median}; {stubs} still a stub.",
@@ -106,7 +107,8 @@ LABELS = {
     },
     "zh": {
         "title": "全班概览",
-        "lede": "共 {n} 份提交；总分中位数 {median}（满分 {max}）；{full} 份满分。",
+        "lede": "共 {n} 份提交；总分中位数 {median}（满分 {max}）；{full} 份满分。崩溃、超时与内存超限：{incidents}。"
+                "待复核的行：{review}。",
         "chapter": "第 {n} 章",
         "figure": "第 {n} 章各练习的得分分布：横轴为分数，纵轴为提交份数。",
         "exercise": "满分 {points}；中位数 {median}；{stubs} 份仍是桩代码。",
@@ -256,17 +258,30 @@ def _outside_code(text: str) -> str:
     return _FENCE.sub("", text)
 
 
-def _paragraphs(text: str) -> list[str]:
-    return [p.strip() for p in _outside_code(text).split("\n\n") if p.strip()]
+def _paragraphs(text: str) -> list[tuple[str, str]]:
+    """``(the grader's words, what they quote)`` for each paragraph of ``text`` outside its code blocks: a paragraph
+    that introduces a quote ("exceeded the memory limit:") comes with the quote's first line, so that the report can
+    say what was raised, while no phrase is ever looked for in what a student's code wrote."""
+    found: list[tuple[str, str]] = []
+    start = 0
+    for quote in [*_FENCE.finditer(text), None]:
+        prose = text[start: quote.start() if quote else len(text)]
+        found += [(p.strip(), "") for p in prose.split("\n\n") if p.strip()]
+        if quote:
+            start = quote.end()
+            first = next((line for line in quote.group(0).splitlines()[1:-1] if line.strip()), "")
+            if found and found[-1][0].endswith(":"):
+                found[-1] = (found[-1][0], first)
+    return found
 
 
 def _incidents(text: str) -> list[tuple[str, str]]:
     """``(kind, the paragraph that says so)`` for each paragraph of the grader's own words naming one."""
     found = []
-    for paragraph in _paragraphs(text):
-        kind = next((k for k, phrase in _INCIDENTS if phrase in paragraph), None)
+    for own, quoted in _paragraphs(text):
+        kind = next((k for k, phrase in _INCIDENTS if phrase in own), None)
         if kind:
-            found.append((kind, paragraph))
+            found.append((kind, f"{own} {quoted}".strip()))
     return found
 
 
@@ -313,7 +328,7 @@ def read_submission(path: Path) -> Submission:
         if failed and test.get("max_score", 0) > 0:
             result.failed_cases.append(rest)
         if failed and rest.startswith("policy: "):
-            flag(exercise, "policy", _paragraphs(output)[0] if _paragraphs(output) else rest)
+            flag(exercise, "policy", next((own for own, _ in _paragraphs(output)), rest))
         for mistake, message in _DIAGNOSIS.findall(_outside_code(output)):
             result.mistakes.setdefault(mistake.strip(), message.strip().rstrip(".。"))
         for kind, paragraph in _incidents(output):
@@ -383,13 +398,15 @@ def _overview(summary: ClassSummary, words: dict[str, str]) -> str:
     totals = [s.score for s in summary.submissions]
     top = max((s.max_score for s in summary.submissions), default=0.0)
     full = sum(top > 0 and s.score >= top for s in summary.submissions)
-    return words["lede"].format(n=len(totals), median=_median(totals), max=_number(top), full=full)
+    return words["lede"].format(n=len(totals), median=_median(totals), max=_number(top), full=full,
+                                incidents=len(summary.flags(INCIDENT_KINDS)), review=len(summary.flags(REVIEW_KINDS)))
 
 
 def _figure(summary: ClassSummary, chapter: int, exercises: list[str]) -> str:
     """The score distributions of a chapter's exercises as a base64 PNG (Agg: no display, no global state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     columns = min(len(exercises), 3)
     rows = -(-len(exercises) // columns)
@@ -410,6 +427,7 @@ def _figure(summary: ClassSummary, chapter: int, exercises: list[str]) -> str:
         # Words stay out of the figure (the page gives them in the course's language); ids are ASCII.
         axes.set_title(f"{exercise}  (/{_number(points)})", fontsize=10)
         axes.margins(y=0.18)
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of submissions
         axes.spines[["top", "right"]].set_visible(False)
         axes.tick_params(labelsize=8)
     buffer = io.BytesIO()
@@ -452,13 +470,14 @@ document.querySelectorAll("table.sortable th").forEach((th, i) => th.addEventLis
 """
 
 
-def _html_table(head: list[str], rows: list[list[str]], css: str = "") -> str:
+def _html_table(head: list[str], rows: list[list[str]], css_class: str = "") -> str:
     """A table whose cells are HTML already (escaped by the caller); a cell that is a whole ``<td ...>`` element
     (for its class or sort value) is used as it is (escaped text never starts with ``<``)."""
     head_html = "".join(f"<th>{h}</th>" for h in head)
     body = "".join("<tr>" + "".join(cell if cell.startswith("<td") else f"<td>{cell}</td>" for cell in row)
                    + "</tr>" for row in rows)
-    return f'<table{f" class={css!r}" if css else ""}><thead><tr>{head_html}</tr></thead><tbody>{body}</tbody></table>'
+    attribute = f' class="{css_class}"' if css_class else ""
+    return f"<table{attribute}><thead><tr>{head_html}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _grader_words(message: str) -> str:
@@ -485,10 +504,10 @@ def render_html(summary: ClassSummary) -> str:
             scores = summary.scores(exercise)
             parts.append(f'<p class="note">{words["exercise"].format(points=_number(summary.points(exercise)), median=_median(scores), stubs=summary.stubs(exercise))}</p>')
             mistakes, cases = summary.mistakes(exercise), summary.failed_cases(exercise)[:8]
-            most = max([n for *_, n in mistakes] + [n for _, n in cases] + [1])
+            graded = max(len(scores), 1)
 
-            def bar(n: int, most: int = most) -> str:
-                return f'<td class="bar"><span style="width:{100 * n / most:.0f}%"></span></td>'
+            def bar(n: int, graded: int = graded) -> str:  # the share of the submissions graded on the exercise
+                return f'<td class="bar"><span style="width:{100 * n / graded:.0f}%"></span></td>'
 
             left = _html_table([words["mistake"], words["count"], ""],
                                [[f"<b>{escape_html(name)}</b>: {_grader_words(message)}", f'<td class="n">{n}</td>',
