@@ -43,7 +43,13 @@ Commands for translators (``python scripts/translations.py ...``):
   messages without Chinese as entries of its ``.messages.yml``;
 - ``stamp PAGE [KEY ...]``: record the hash of the current English for the blocks marked
   ``en=new`` (or for the named keys, after their translation was brought up to date);
-- ``build HTML_DIR``: build the Chinese site into ``HTML_DIR/zh`` (``make book`` does this).
+- ``todo diagnoses`` / ``stamp diagnoses [KEY ...]``: the same for the grader's Chinese (``diagnoses.yml``);
+- ``build HTML_DIR``: build the Chinese site into ``HTML_DIR/zh`` (``make book`` does this) and check that no
+  page shows Markdown's ``*``, ``**`` or backticks as text.
+
+The words around the terms (visible tests, stub, notebook, the section headings ...) have one Chinese form each
+in ``translations/zh/vocabulary.yml``; ``make chapters`` names any other form found in ``zh/``, the test
+messages, the widget table and the grader's Chinese, and any unit that would show ``*`` or a backtick.
 """
 
 from __future__ import annotations
@@ -653,7 +659,7 @@ def vocabulary_problems(text: str, words: list[Word], where: str, terms: list[Te
     for word in words:
         for variant in word.variants:
             if re.fullmatch(r"[A-Za-z][A-Za-z -]*", variant):
-                hit = re.search(rf"(?<![\w\-/.]){re.escape(variant)}(?![\w\-/.(])", text, re.I)
+                hit = re.search(rf"(?<![A-Za-z0-9_\-/.]){re.escape(variant)}(?![A-Za-z0-9_\-/.(])", text, re.I)
             else:
                 hit = variant in text
             if hit:
@@ -671,6 +677,11 @@ def _chinese_lines(source: str) -> str:
     return "\n".join(t.string for t in tokens if t.type in (tokenize.COMMENT, tokenize.STRING) and _HAN.search(t.string))
 
 
+def _chinese_paragraphs(text: str) -> str:
+    """The paragraphs of ``text`` that hold Chinese: a unit still shown in English (pending) is not checked."""
+    return "\n\n".join(p for p in re.split(r"\n\s*\n", text) if _HAN.search(p))
+
+
 def chinese_texts(site: Path, docnames: list[str] | None = None) -> list[tuple[str, str]]:
     """``(where, text)`` of the Chinese prose of the generated course under ``site``: each Markdown page, each
     markdown cell of a notebook, and the lines of its code cells that hold Chinese; only ``docnames``, if given."""
@@ -681,11 +692,11 @@ def chinese_texts(site: Path, docnames: list[str] | None = None) -> list[tuple[s
             continue
         where = f"{SITE}/{path.relative_to(site).as_posix()}"
         if path.suffix == ".md":
-            found.append((where, prose(path.read_text())))
+            found.append((where, _chinese_paragraphs(prose(path.read_text()))))
         elif path.suffix == ".ipynb":
             nb = nbformat.read(path, as_version=4)
             for cell in nb.cells:
-                text = prose(cell.source) if cell.cell_type == "markdown" else _chinese_lines(cell.source)
+                text = _chinese_paragraphs(prose(cell.source)) if cell.cell_type == "markdown" else _chinese_lines(cell.source)
                 found.append((f"{where}: cell {cell.get('id')}", text))
     return found
 
@@ -729,6 +740,51 @@ def vocabulary_check(root: Path, site: Path, docnames: list[str] | None = None) 
     terms = termbase((root / "glossary.md").read_text())
     texts = chinese_texts(site, docnames) + data_texts(root)
     return [problem for where, text in texts for problem in vocabulary_problems(text, words, where, terms)]
+
+
+# --------------------------------------------------------------------------------------------
+# The grader's Chinese (translations/zh/diagnoses.yml, read by autograder.diagnoses_zh)
+
+
+def _diagnoses():
+    return _course_module("autograder.diagnoses_zh")
+
+
+def diagnoses_problems(root: Path) -> list[str]:
+    """The grader's texts without an up-to-date Chinese unit, and units whose English is gone."""
+    data = yaml.safe_load((root / DIAGNOSES).read_text(encoding="utf-8")) if (root / DIAGNOSES).is_file() else {}
+    return [f"{DIAGNOSES.as_posix()}: {problem}; `{TODO} diagnoses` lists what to translate"
+            for problem in _diagnoses().missing(data=data)]
+
+
+def diagnoses_todo(root: Path) -> int:
+    """Print the grader's texts that need a translation, as units of diagnoses.yml (English, ``en: new``)."""
+    data = yaml.safe_load((root / DIAGNOSES).read_text(encoding="utf-8"))
+    done = _diagnoses().units(data)
+    for key, english in _diagnoses().declared().items():
+        if key not in done or done[key].get("en") != english_hash(english):
+            print(f"  {key}:\n    en: new\n    zh: {json.dumps(english, ensure_ascii=False)}")
+    return 0
+
+
+def diagnoses_stamp(root: Path, keys: list[str]) -> int:
+    """Record the hash of the current English in the units marked ``en: new`` and in the named ones."""
+    path = root / DIAGNOSES
+    english = _diagnoses().declared()
+    unknown = [k for k in keys if k not in english]
+    if unknown:
+        print(f"{DIAGNOSES}: no text {', '.join(unknown)}", file=sys.stderr)
+        return 1
+
+    def restamp(mark: re.Match) -> str:
+        key = mark["key"]
+        if key in english and (mark["hash"] == "new" or key in keys):
+            return f"{mark['head']}{english_hash(english[key])}"
+        return mark[0]
+
+    path.write_text(re.sub(r"^(?P<head>  (?P<key>[^#\s][^\n]*?):\n    en: )(?P<hash>\S+)$", restamp,
+                           path.read_text(encoding="utf-8"), flags=re.M), encoding="utf-8")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -883,6 +939,8 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     if only is None:
         problems += stale_widget_entries(widget_words)
     problems += vocabulary_check(root, site, None if only is None else [page.docname for page, _ in pages])
+    if only is None:
+        problems += diagnoses_problems(root)
     glossary = (root / "glossary.md").read_text()
     words = sorted({t.chinese for t in termbase(glossary) if " " not in t.chinese})
     (site / SEARCH_DICTIONARY).write_text("".join(f"{w}\n" for w in words))
@@ -1021,7 +1079,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="translated, stale and missing units per page, and termbase findings")
     todo_cmd = commands.add_parser("todo", help="print a page's untranslated units as sidecar blocks")
-    todo_cmd.add_argument("page", help="a docname of _toc.yml, or _toc / _config")
+    todo_cmd.add_argument("page", help="a docname of _toc.yml, or _toc / _config, or diagnoses (the grader's Chinese)")
     stamp_cmd = commands.add_parser("stamp", help="record the English hash of new (or named) blocks")
     stamp_cmd.add_argument("page")
     stamp_cmd.add_argument("keys", nargs="*")
@@ -1033,9 +1091,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return status(root)
     if args.command == "todo":
-        return todo(root, args.page)
+        return diagnoses_todo(root) if args.page == "diagnoses" else todo(root, args.page)
     if args.command == "stamp":
-        return stamp(root, args.page, args.keys)
+        return diagnoses_stamp(root, args.keys) if args.page == "diagnoses" else stamp(root, args.page, args.keys)
     print(build_site(args.html.resolve(), root, fresh=args.all)[-2000:])
     return 0
 

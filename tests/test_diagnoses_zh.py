@@ -4,15 +4,17 @@ the Chinese course that makes one is told so in Chinese, with one Chinese line s
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from string import Formatter
 
 import nbformat
 import pytest
+import yaml
 
 from autograder.capstone import SAY
-from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH, ENGLISH_REST, ZH, diagnosis, missing
-from autograder.exercises.ch12_capstone import COMPONENTS
+from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH, ENGLISH_REST, PATH, ZH, declared, diagnosis, missing, units
 from autograder.extract import parse_notebook
 from autograder.grade import grade_path
 from autograder.mistakes import submission_source
@@ -24,12 +26,12 @@ HAN = re.compile(r"[\u4e00-\u9fff]")
 
 @pytest.mark.fast
 def test_every_declared_mistake_has_a_chinese_diagnosis_and_no_chinese_is_left_over():
-    declared = {m.message for e in REGISTRY for m in e.mistakes.values()}
-    assert len(declared) > 100  # the registry is the course's, not an empty stand-in
-    assert missing() == []
-    assert sorted(set(ZH) - declared) == []  # a message reworded in a grading module leaves its old Chinese here
-    # The capstone's diagnosis: its components (missing() names one without Chinese) and its sentences.
-    assert sorted(set(CAPSTONE_ZH) - {text for c in COMPONENTS for text in (c[0], c[1], c[4])}) == []
+    declared_messages = {m.message for e in REGISTRY for m in e.mistakes.values()}
+    assert len(declared_messages) > 100  # the registry is the course's, not an empty stand-in
+    assert PATH == REPO / "translations" / "zh" / "diagnoses.yml"
+    assert missing() == []  # every text has its unit, stamped with its English; no unit is left over
+    assert all(message in ZH for message in declared_messages) and len(ZH) == len(declared_messages)
+    # The capstone's diagnosis: its sentences keep their fields.
     assert set(CAPSTONE_SAY) == set(SAY)
     for key, chinese in CAPSTONE_SAY.items():
         fields = [{f for _, f, _, _ in Formatter().parse(text) if f} for text in (SAY[key], chinese)]
@@ -37,9 +39,40 @@ def test_every_declared_mistake_has_a_chinese_diagnosis_and_no_chinese_is_left_o
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("english", sorted(ZH) + sorted(CAPSTONE_ZH))
-def test_a_chinese_diagnosis_keeps_the_code_and_numbers_of_its_english(english):
+def test_a_changed_english_a_new_text_and_a_text_gone_are_named():
+    english = declared()
+    data = yaml.safe_load(PATH.read_text(encoding="utf-8"))
+    key = "ch01.embeddings missing_scale"
+    changed = {**english, key: english[key] + " (reworded)", "ch01.embeddings new_one": "a new mistake"}
+    del changed["ch01.embeddings divides_by_sqrt"]
+    assert missing(changed, data) == [f"{key}: the English changed since it was translated",
+                                      "ch01.embeddings new_one: no translation",
+                                      "ch01.embeddings divides_by_sqrt: no such text any more"]
+    # The grader then shows the reworded message in English: a Chinese text is found by the English it translates.
+    assert english[key] in ZH and changed[key] not in ZH
+    assert diagnosis("missing_scale", changed[key], "zh") == f"**Diagnosis: missing_scale**: {changed[key]}."
+    data["mistakes"][key]["en"] = "new"
+    assert missing(english, data) == [f"{key}: translated but never stamped"]
+
+
+@pytest.mark.fast
+def test_the_chinese_is_data_and_its_loader_imports_no_grading_module():
+    """The loader reads translations/zh/diagnoses.yml and nothing of the grader: grade and extract import it, and
+    chapter 12's grading module imports the capstone harness, which imports grade (no import circle)."""
+    code = ("import sys; import autograder.diagnoses_zh; "
+            "print(sorted(m for m in sys.modules if m.startswith('autograder')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['autograder', 'autograder.diagnoses_zh']"
+    source = (REPO / "autograder" / "diagnoses_zh.py").read_text()
+    assert len(source.splitlines()) < 150 and not HAN.search(source.replace("诊断：", ""))
+    assert len(units()) == len(declared())
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("key", sorted(k for k in declared() if not k.startswith("say ")))
+def test_a_chinese_diagnosis_keeps_the_code_and_numbers_of_its_english(key):
     """Formulas and code stay as they are: every code span, call and number of the English is in the Chinese."""
+    english = declared()[key]
     chinese = ZH.get(english) or CAPSTONE_ZH[english]
     assert HAN.search(chinese) and not chinese.endswith(("。", "."))  # the line template adds the full stop
     spans = [f"`{span.strip()}`" for span in re.findall(r"`([^`]+)`", english)]
@@ -51,7 +84,7 @@ def test_a_chinese_diagnosis_keeps_the_code_and_numbers_of_its_english(english):
 
 @pytest.mark.fast
 def test_the_diagnosis_line_follows_the_language_and_falls_back_to_english():
-    message = next(iter(ZH))
+    message = by_id("ch03.attention").mistakes["missing_scale"].message
     assert diagnosis("missing_scale", message) == f"**Diagnosis: missing_scale**: {message}."
     assert diagnosis("missing_scale", message, "zh") == f"**诊断：missing_scale**：{ZH[message]}。"
     assert diagnosis("new_one", "an English message", "zh") == "**Diagnosis: new_one**: an English message."
