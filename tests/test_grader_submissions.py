@@ -150,8 +150,8 @@ def test_hook_leaves_the_kernels_random_generators_as_they_were(tmp_path, monkey
 @pytest.mark.slow
 def test_nbgrader_autograde_gives_the_same_points(tmp_path):
     """A real nbgrader round trip on the pilot chapter: partial credit on one exercise, full on
-    the other; the submission also patches the grader inside its kernel (the graded cells would
-    then print full marks), which the preprocessor's recomputation outside the kernel undoes."""
+    the other; the submission also patches the grader in a cell (the graded cells would then print
+    full marks in a kernel), which never runs: the course's autograde grades in the sandbox, no kernel."""
     course = tmp_path / "course"
     (course / "solutions").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "nbgrader_config.py", course)

@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.nbgrader_plugin import FEEDBACK_NOTE
 from autograder.registry import by_chapter
 from tests.notebook_answers import release_with, solution_answers, solved_release
 from tests.test_pipeline import REPO, _course_copy, _nbgrader
@@ -67,7 +68,7 @@ def test_the_course_config_runs_no_kernel_in_autograde_and_notes_it_in_the_feedb
     from nbgrader.preprocessors import Execute
     from traitlets.config import Config
 
-    from autograder.nbgrader_plugin import FEEDBACK_NOTE, FeedbackNote, GradeOutsideKernel
+    from autograder.nbgrader_plugin import FeedbackNote, GradeOutsideKernel
 
     config = Config()
     exec(compile((REPO / "nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"), {"get_config": lambda: config})
@@ -129,9 +130,10 @@ def test_a_hostile_submission_runs_no_cell_during_autograde_feedback_and_export(
     assert changed == [], changed
     assert (root / "submitted" / CLASSMATE / CHAPTER / NOTEBOOK).read_bytes() == classmate_bytes
     assert not (root / "autograder" / MARKER).exists() and not (tmp_path / MARKER).exists()
-    graded = {e.test_grade_id for e in by_chapter(CHAPTER)}
-    ran = [c.source[:60] for c in nbformat.read(root / "autograded" / ATTACKER / CHAPTER / NOTEBOOK, as_version=4).cells
-           if c.cell_type == "code" and c.outputs and c.metadata.get("nbgrader", {}).get("grade_id") not in graded]
+    autograded = nbformat.read(root / "autograded" / ATTACKER / CHAPTER / NOTEBOOK, as_version=4)
+    by_test_id = {e.test_grade_id: e for e in by_chapter(CHAPTER)}
+    ran = [c.source[:60] for c in autograded.cells
+           if c.cell_type == "code" and c.outputs and c.metadata.get("nbgrader", {}).get("grade_id") not in by_test_id]
     assert ran == [], f"cells with outputs, so run in a kernel: {ran[:3]}\n{log[-3000:]}"
 
     # the scores are what the answers earn: the classmate's full marks, the attacker's softmax exercise only
@@ -140,6 +142,17 @@ def test_a_hostile_submission_runs_no_cell_during_autograde_feedback_and_export(
         scores = {r["student_id"]: float(r["raw_score"]) for r in csv.DictReader(f) if r["assignment"] == CHAPTER}
     earned = sum(e.points for e in by_chapter(CHAPTER) if e.id == "ch03.softmax_saturation")
     assert scores == {CLASSMATE: total, ATTACKER: earned}, scores
+
+    # each graded cell shows the sandbox's report and its points; the feedback opens with the note
+    for cell in autograded.cells:
+        exercise = by_test_id.get(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
+        if exercise is not None:
+            shown = {o.output_type: o.get("text") or o.get("data", {}).get("text/plain") for o in cell.outputs}
+            assert f"{exercise.id} public" in shown["stream"] and "total" in shown["stream"], shown
+            assert float(shown["execute_result"]) == (earned if exercise.id == "ch03.softmax_saturation" else 0)
+    feedback = (root / "feedback" / ATTACKER / CHAPTER / "attention.html").read_text()
+    title = FEEDBACK_NOTE.split("**")[1]  # the note's bold opening, as the page renders it
+    assert f"<strong>{title}</strong>" in feedback and f"Score: {float(earned)} / {float(earned)}" in feedback
 
     # nothing the cell could only have learned by running reaches the attacker's notebook or feedback
     reference_lines = [line.strip() for line in REFERENCE.read_text().splitlines() if len(line.strip()) > 30]
