@@ -33,7 +33,7 @@ from pathlib import Path
 from autograder.diagnoses_zh import ENGLISH_REST
 from autograder.results import ERROR_NOTE, ERROR_TEST
 
-_EXERCISE_LINE = re.compile(r"(ch(\d\d)\.\w+) (.+)", re.S)
+_EXERCISE_LINE = re.compile(r"(ch\d\d\.\w+) (.+)", re.S)
 _DIAGNOSIS = re.compile(r"^\*\*(?:Diagnosis: |诊断：)([^*\n]+)\*\*[:：]?[ \t]*(.*)$", re.M)
 _FENCE = re.compile(r"^(`{3,})[^`\n]*\n.*?^\1[ \t]*$", re.M | re.S)
 # C0 and C1 controls but tab and newline, and the bidi embeddings, overrides and isolates, which
@@ -63,7 +63,6 @@ _INCIDENTS = (
     ("error", ERROR_NOTE),
 )
 _NOT_IMPLEMENTED = "not implemented yet"
-KINDS = ("crash", "timeout", "memory", "error", "policy", "integrity")
 INCIDENT_KINDS = ("crash", "timeout", "memory", "error")
 REVIEW_KINDS = ("policy", "integrity")
 DETAIL_CAP = 300
@@ -101,7 +100,7 @@ LABELS = {
         "kind.crash": "crash",
         "kind.timeout": "time-out",
         "kind.memory": "memory limit",
-        "kind.error": "grader error",
+        "kind.error": "not graded",
         "kind.policy": "library shortcut",
         "kind.integrity": "integrity",
     },
@@ -137,7 +136,7 @@ LABELS = {
         "kind.crash": "崩溃",
         "kind.timeout": "超时",
         "kind.memory": "内存超限",
-        "kind.error": "评分器错误",
+        "kind.error": "未能评分",
         "kind.policy": "库函数捷径",
         "kind.integrity": "完整性",
     },
@@ -163,7 +162,8 @@ class ExerciseResult:
 
 @dataclass(frozen=True)
 class Flag:
-    """Something an instructor should know of one submission: a kind (``KINDS``) and the grader's line."""
+    """Something an instructor should know of one submission: a kind (one of ``INCIDENT_KINDS`` or
+    ``REVIEW_KINDS``) and the grader's line that says so."""
 
     submission: str
     exercise: str  # "" for the run as a whole
@@ -223,6 +223,7 @@ class ClassSummary:
         return chapters
 
     def points(self, exercise: str) -> float:
+        """What ``exercise`` is worth (its most, should a submission's results lack a case)."""
         return max((s.exercises[exercise].max_score for s in self.submissions if exercise in s.exercises), default=0.0)
 
     def scores(self, exercise: str) -> list[float]:
@@ -230,6 +231,7 @@ class ClassSummary:
         return [s.exercises[exercise].score for s in self.submissions if exercise in s.exercises]
 
     def stubs(self, exercise: str) -> int:
+        """How many submissions left ``exercise`` as the release's stub."""
         return sum(s.exercises[exercise].stub for s in self.submissions if exercise in s.exercises)
 
     def mistakes(self, exercise: str) -> list[tuple[str, str, int]]:
@@ -250,6 +252,7 @@ class ClassSummary:
         return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
     def flags(self, kinds: tuple[str, ...]) -> list[Flag]:
+        """Every submission's flags of these ``kinds``, by submission."""
         return [f for s in self.submissions for f in s.flags if f.kind in kinds]
 
 
@@ -292,13 +295,17 @@ def _error_detail(output: str) -> str:
 
 
 def read_submission(path: Path) -> Submission:
-    """One ``results.json`` as ``grade-batch`` wrote it, named after the submission (the file's name)."""
+    """One ``results.json`` as ``grade-batch`` wrote it, named after the submission (the file's name); a file that
+    cannot be read is a submission flagged as not graded, never the end of the report."""
     name = path.name.removesuffix(".json")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        tests = data["tests"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return Submission(name, 0.0, 0.0, flags=[Flag(name, "", "error", f"unreadable results file ({exc})")])
+        return _submission(name, json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return Submission(name, 0.0, 0.0, flags=[Flag(name, "", "error", f"unreadable results file ({exc!r})")])
+
+
+def _submission(name: str, data: dict) -> Submission:
+    tests = data["tests"]
     max_score = (data.get("extra_data") or {}).get("max_score", sum(t.get("max_score", 0) for t in tests))
     submission = Submission(name, float(data.get("score", 0)), float(max_score),
                             language="zh" if ENGLISH_REST in str(data.get("output", "")) else "en")
@@ -318,7 +325,7 @@ def read_submission(path: Path) -> Submission:
         line = _EXERCISE_LINE.fullmatch(title)
         if line is None:
             continue
-        exercise, rest = line.group(1), line.group(3)
+        exercise, rest = line.groups()
         result = submission.exercises.setdefault(exercise, ExerciseResult())
         result.score = round(result.score + float(test.get("score", 0)), 2)
         result.max_score = round(result.max_score + float(test.get("max_score", 0)), 2)
@@ -400,6 +407,11 @@ def _overview(summary: ClassSummary, words: dict[str, str]) -> str:
     full = sum(top > 0 and s.score >= top for s in summary.submissions)
     return words["lede"].format(n=len(totals), median=_median(totals), max=_number(top), full=full,
                                 incidents=len(summary.flags(INCIDENT_KINDS)), review=len(summary.flags(REVIEW_KINDS)))
+
+
+def _exercise_note(summary: ClassSummary, exercise: str, words: dict[str, str]) -> str:
+    return words["exercise"].format(points=_number(summary.points(exercise)), median=_median(summary.scores(exercise)),
+                                    stubs=summary.stubs(exercise))
 
 
 def _figure(summary: ClassSummary, chapter: int, exercises: list[str]) -> str:
@@ -490,6 +502,26 @@ def _flag_rows(flags: list[Flag], words: dict[str, str]) -> list[list[str]]:
              f'<td class="detail">{escape_html(f.detail)}</td>'] for f in flags]
 
 
+def _exercise_html(summary: ClassSummary, exercise: str, words: dict[str, str]) -> str:
+    """One exercise's section: its named mistakes and its most failed cases, each with a bar for its share of the
+    submissions graded on the exercise."""
+    graded = max(len(summary.scores(exercise)), 1)
+    mistakes, cases = summary.mistakes(exercise), summary.failed_cases(exercise)[:8]
+
+    def count(n: int) -> list[str]:
+        return [f'<td class="n">{n}</td>', f'<td class="bar"><span style="width:{100 * n / graded:.0f}%"></span></td>']
+
+    left = _html_table([words["mistake"], words["count"], ""],
+                       [[f"<b>{escape_html(name)}</b>: {_grader_words(message)}", *count(n)]
+                        for name, message, n in mistakes]) if mistakes else f"<p>{words['no_mistakes']}</p>"
+    right = _html_table([words["case"], words["count"], ""], [[escape_html(case), *count(n)] for case, n in cases]) \
+        if cases else f"<p>{words['no_cases']}</p>"
+    return (f"<h3>{escape_html(exercise)}</h3>"
+            f'<p class="note">{_exercise_note(summary, exercise, words)}</p>'
+            f'<div class="two"><div><h4>{words["mistakes"]}</h4>{left}</div>'
+            f'<div><h4>{words["cases"]}</h4>{right}</div></div>')
+
+
 def render_html(summary: ClassSummary) -> str:
     """The report as one self-contained HTML page."""
     words = LABELS[summary.language]
@@ -499,25 +531,7 @@ def render_html(summary: ClassSummary) -> str:
         parts.append(f'<img alt="{escape_html(words["figure"].format(n=chapter))}" '
                      f'src="data:image/png;base64,{_figure(summary, chapter, exercises)}">')
         parts.append(f'<p class="note">{words["figure"].format(n=chapter)}</p>')
-        for exercise in exercises:
-            parts.append(f"<h3>{escape_html(exercise)}</h3>")
-            scores = summary.scores(exercise)
-            parts.append(f'<p class="note">{words["exercise"].format(points=_number(summary.points(exercise)), median=_median(scores), stubs=summary.stubs(exercise))}</p>')
-            mistakes, cases = summary.mistakes(exercise), summary.failed_cases(exercise)[:8]
-            graded = max(len(scores), 1)
-
-            def bar(n: int, graded: int = graded) -> str:  # the share of the submissions graded on the exercise
-                return f'<td class="bar"><span style="width:{100 * n / graded:.0f}%"></span></td>'
-
-            left = _html_table([words["mistake"], words["count"], ""],
-                               [[f"<b>{escape_html(name)}</b>: {_grader_words(message)}", f'<td class="n">{n}</td>',
-                                 bar(n)] for name, message, n in mistakes]) if mistakes else \
-                f"<p>{words['no_mistakes']}</p>"
-            right = _html_table([words["case"], words["count"], ""],
-                                [[escape_html(case), f'<td class="n">{n}</td>', bar(n)] for case, n in cases]) \
-                if cases else f"<p>{words['no_cases']}</p>"
-            parts.append(f'<div class="two"><div><h4>{words["mistakes"]}</h4>{left}</div>'
-                         f'<div><h4>{words["cases"]}</h4>{right}</div></div>')
+        parts += [_exercise_html(summary, exercise, words) for exercise in exercises]
     head = [words["submission"], words["exercise_col"], words["what"], words["detail"]]
     incidents, review = summary.flags(INCIDENT_KINDS), summary.flags(REVIEW_KINDS)
     parts.append(f"<h2>{words['incidents']}</h2>")
@@ -542,7 +556,8 @@ def _students_html(summary: ClassSummary, words: dict[str, str]) -> str:
     exercises = summary.exercises
     rows = []
     for s in summary.submissions:
-        cells = [escape_html(s.name), f'<td class="n" data-v="{s.score}">{_number(s.score)} / {_number(s.max_score)}</td>']
+        total = f"{_number(s.score)} / {_number(s.max_score)}"
+        cells = [escape_html(s.name), f'<td class="n" data-v="{s.score}">{total}</td>']
         for exercise in exercises:
             found = s.exercises.get(exercise)
             cells.append(f'<td class="n" data-v="{found.score}">{_number(found.score)}</td>' if found
@@ -593,10 +608,10 @@ def render_markdown(summary: ClassSummary) -> str:
         for exercise in exercises:
             scores = summary.scores(exercise)
             out.append(f"### {md(exercise)}")
-            out.append(md(words["exercise"].format(points=_number(summary.points(exercise)), median=_median(scores),
-                                                   stubs=summary.stubs(exercise))))
+            out.append(md(_exercise_note(summary, exercise, words)))
             counts = Counter(scores)
-            out.append(_md_table([words["points"], words["count"]], [[_number(v), str(counts[v])] for v in sorted(counts)]))
+            out.append(_md_table([words["points"], words["count"]],
+                                 [[_number(v), str(counts[v])] for v in sorted(counts)]))
             mistakes, cases = summary.mistakes(exercise), summary.failed_cases(exercise)[:8]
             out.append(_md_table([words["mistake"], words["count"]],
                                  [[f"{md(name)}: {md(message)}", str(n)] for name, message, n in mistakes])
