@@ -6,9 +6,9 @@ course's grader on disk, replace another student's submission or print secrets i
 feedback. The course's pipeline has no ``Execute``. In its place :class:`GradeOutsideKernel` grades
 each graded cell the registry knows with the harness (in this process and its sandboxed workers)
 and writes the feedback and the points as the cell's outputs, which ``SaveAutoGrades`` then
-records. The points are those ``python -m autograder grade`` gives. The other cells keep no outputs
-(``ClearOutput`` removed the submitted ones); :class:`FeedbackNote` says so at the top of the
-feedback.
+records. The points are those ``python -m autograder grade`` gives. The other code cells are left
+with no outputs (nbgrader's ``ClearOutput`` removes the submitted ones, and this step does too, in
+case ``--no-execute`` turned that off); :class:`FeedbackNote` says so at the top of the feedback.
 
 ``OverwriteReleasedCells`` replaces nbgrader's ``OverwriteCells``: nbgrader records a graded
 cell in the gradebook with its hidden tests but releases it without them, so it reported

@@ -83,6 +83,12 @@ def test_the_course_config_runs_no_kernel_in_autograde_and_notes_it_in_the_feedb
         nb, _resources = FeedbackNote().preprocess(nb, {})
     assert [c.source for c in nb.cells] == [FEEDBACK_NOTE, "# Attention"]
 
+    # a submitted output (kept if `--no-execute` turned nbgrader's ClearOutput off) is not shown as if it ran
+    forged = nbformat.v4.new_code_cell("1 + 1", execution_count=3,
+                                       outputs=[nbformat.v4.new_output("stream", name="stdout", text="10/10\n")])
+    nb, _resources = GradeOutsideKernel().preprocess(nbformat.v4.new_notebook(cells=[forged]), {})
+    assert nb.cells[0].outputs == [] and nb.cells[0].execution_count is None
+
 
 def _files(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (bytecode caches aside) and the hash of its contents."""
