@@ -34,6 +34,7 @@ from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_
 from autograder.feedback import bound, code, fenced
 from autograder.gradescope import packaged_salt
 from autograder.mistakes import compiled
+from autograder.reach import reach_line, reaches
 from autograder.registry import REGISTRY, Exercise
 from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, SandboxFailed, Worker, WorkerDied, fork_server, isolation, kill_all
@@ -90,6 +91,12 @@ def call_seed(seed: int, number: int) -> int:
     return int(hashlib.sha256(f"{_salt()}|{seed}|{number}".encode()).hexdigest()[:8], 16)
 
 
+def mark_key(seed: int) -> int:
+    """The key of the marks a marked case's convolutions add (``worker.marks``): from the call's ``seed`` and
+    the salt, so an answer that knows the seed (torch's generator is seeded with it) cannot work the marks out."""
+    return int(hashlib.sha256(f"{_salt()}|{seed}|marks".encode()).hexdigest()[:12], 16)
+
+
 def _pack(value, buffers: list[bytes]):
     """A case's argument on the wire; a module description (a dict, JSON data) travels as it is."""
     if isinstance(value, dict):
@@ -108,6 +115,8 @@ def build_request(exercise: Exercise, case: Case, reference, seed: int) -> tuple
     """A case as the worker receives it: ``(request, its buffers, the reference's weights sent with it)``."""
     args, kwargs, buffers = _pack_args(case)
     request = {"args": args, "kwargs": kwargs, **case_request(exercise, case, seed)}
+    if case.marked:
+        request["mark_key"] = mark_key(seed)
     state = _reference_state(reference, case, seed)
     if case.construct is not None:
         request["construct"] = [_pack(a, buffers) for a in case.construct]
@@ -152,6 +161,8 @@ def _record(exercise: Exercise | None, fn, case: Case, state: dict | None = None
     a watched case ``(answer, (arguments after the call, generator states, attributes))``."""
     request = case_request(exercise, case, seed)
     request["watch"] &= watch
+    if case.marked:
+        request["mark_key"] = mark_key(seed)
     torch.default_generator.manual_seed(seed)  # as the worker does before building the arguments
     args, kwargs = _local_args(case)
     construct = None if case.construct is None else list(built(case.construct))
@@ -351,6 +362,7 @@ class ExerciseRun:
         self.cases = [c for c, _ in kept]
         self.weights = [w for _, w in kept]
         self.notes = list(self.extraction.notes)
+        self.reach = reaches(self.extraction.sources(), self.extraction.answer_source)
         self.limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
         self.results: dict[int, TestResult] = {}
         self.worker: Worker | None = None
@@ -408,6 +420,8 @@ class ExerciseRun:
         case, exercise = self.cases[number], self.exercise
         if self.extraction.error:
             return TestResult(self.name(number), 0.0, self.weights[number], self._error(number))
+        if self.reach:  # nothing of it runs: what the worker would measure could be forged
+            return self._fail(number, reach_line(self.reach))
         # One exercise may take three calls' and one start's own time (its workers' CPU and waiting
         # time, never the machine's load); the wall clock is only a generous backstop, started once
         # the fork server is up (importing torch is the grader's time, not the exercise's).
@@ -491,6 +505,9 @@ class ExerciseRun:
         policy = _policy(exercise, self.extraction)
         if policy:
             report.tests.append(policy)
+        if self.reach:
+            report.tests.append(TestResult(f"{exercise.id} integrity: the grader's machinery left alone", 0.0, 0.0,
+                                           reach_line(self.reach), passed=False))
         if self.slow:
             report.tests.append(TestResult(f"{exercise.id} performance", 0.0, 0.0,
                                            f"correct or not, these calls took longer than the budget of "

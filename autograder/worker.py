@@ -419,61 +419,67 @@ class FixedDropout:
         torch.nn.functional.dropout, torch.dropout = self._saved
 
 
-class MarkedConvolution:
+def _marked_convolution():
     """Stand-in for torch's 1-D convolution (``torch.conv1d`` and ``torch.nn.functional.conv1d``, one
-    function, which ``nn.Conv1d`` calls too): the real convolution, plus ``MARK`` on every element of
-    its result while ``marked`` is set.
+    function, which ``nn.Conv1d`` calls too): ``(install, marking)``.
 
-    A case that marks it (``Case.marked``, the request's ``"marked"``) runs the answer here and the
-    reference in the harness with the mark on, so an answer whose result is computed by the
-    convolution matches, and one computed any other way (``@``, ``matmul``, ``einsum``, ``F.linear``,
-    a convolution called on the side and thrown away) misses the mark by about ``MARK``: judged on the
-    values the harness compares, not on a count the answer could forge, nor on time. The worker installs
-    it before the student's code runs (``from torch.nn.functional import conv1d`` gets it) and again
-    before every request; ``marking`` turns it on for one call, installing it for that call where it is
-    not installed (the harness).
+    ``install()`` puts it in place of the real one; the worker does so before the student's code runs
+    (``from torch.nn.functional import conv1d`` gets it) and again before every request. Inside
+    ``marking(key)`` the k-th call returns the real convolution plus a mark, one number added to every
+    element: ``0.5 + sum(input * R) + sum(weight * S)``, with ``R`` and ``S`` drawn for call k from a
+    generator seeded with ``key`` (a secret of the grader's that only the request carries) and scaled so
+    the mark stays near 1. A case that marks it (``Case.marked``) runs the answer here and the reference in
+    the harness with the same key, so an answer whose result the convolutions compute carries the same
+    marks, call by call (the bias, given to conv1d or added after it, does not enter: both ways are right).
+    One computed any other way misses them: ``@``, ``matmul``, ``einsum``, ``F.linear``, a convolution
+    called on the side and thrown away, and a call made to learn a mark (it uses up that call's draw, and
+    on other inputs than the real ones shows another mark). The marks' state lives in this closure, not in
+    an attribute; reaching into closures or frames is refused before the answer runs (``autograder.reach``).
     """
+    import torch
 
-    MARK = 1.0
+    real = torch.conv1d
+    state: list = [None, 0]  # the key while marking, and how many calls were marked
 
-    def __init__(self) -> None:
-        import torch
+    def mark(tensor, draw: torch.Generator):
+        weights = torch.rand(tensor.shape, generator=draw, dtype=torch.float64) * 2 - 1
+        return float((tensor.detach().double() * weights).sum()) / max(tensor.numel(), 1)
 
-        self._real = torch.conv1d
-        self.marked = False
+    def conv1d(input, weight, *args, **kwargs):
+        out = real(input, weight, *args, **kwargs)
+        if state[0] is None:
+            return out
+        draw = torch.Generator().manual_seed((state[0] + 7919 * state[1]) % (1 << 63))
+        state[1] += 1
+        return out + (0.5 + mark(input, draw) + mark(weight, draw))
 
-    def __call__(self, *args, **kwargs):
-        out = self._real(*args, **kwargs)
-        return out + self.MARK if self.marked else out
+    def install() -> None:
+        torch.conv1d = torch.nn.functional.conv1d = conv1d
 
-    def install(self) -> None:
-        import torch
+    @contextlib.contextmanager
+    def marking(key: int):
+        saved = (torch.conv1d, torch.nn.functional.conv1d)
+        install()
+        state[:] = [key, 0]
+        try:
+            yield
+        finally:
+            state[:] = [None, 0]
+            torch.conv1d, torch.nn.functional.conv1d = saved
 
-        torch.conv1d = torch.nn.functional.conv1d = self
-
-    @classmethod
-    def marking(cls):
-        """A context in which every conv1d call is marked."""
-        import torch
-
-        @contextlib.contextmanager
-        def marked():
-            found = torch.nn.functional.conv1d
-            stand_in = found if isinstance(found, cls) else cls()
-            saved = (torch.conv1d, found)
-            stand_in.install()
-            stand_in.marked = True
-            try:
-                yield stand_in
-            finally:
-                stand_in.marked = False
-                torch.conv1d, torch.nn.functional.conv1d = saved
-
-        return marked()
+    return install, marking
 
 
-MARKS = {"conv1d": MarkedConvolution}
-"""What a case may mark (``Case.marked``): the name of a torch function -> its stand-in."""
+_MARK_FACTORIES = {"conv1d": _marked_convolution}
+_MARKS: dict = {}
+
+
+def marks(name: str):
+    """``(install, marking)`` of the stand-in for the torch function ``name`` a case may mark
+    (``Case.marked``), made once per process."""
+    if name not in _MARKS:
+        _MARKS[name] = _MARK_FACTORIES[name]()
+    return _MARKS[name]
 
 
 MAX_STRUCTURE_ENTRIES, MAX_NAME_CHARS, MAX_BUILDS = 256, 200, 8
@@ -729,9 +735,9 @@ def answer(target, request: dict, args: list, kwargs: dict, construct: list | No
             built.train(bool(request.get("train")))
             if request.get("method"):  # a method or submodule of what was built is called
                 target = getattr(built, str(request["method"]))
-        with watch or _Nothing(), contextlib.ExitStack() as marks:
+        with watch or _Nothing(), contextlib.ExitStack() as marked:
             for mark in request.get("marked") or ():
-                marks.enter_context(MARKS[str(mark)].marking())
+                marked.enter_context(marks(str(mark))[1](int(request["mark_key"])))
             result, received = run_graded(target, args, kwargs, request.get("gradients"), seed, built,
                                           request.get("inputs"))
     if request.get("attributes"):  # a class exercise: its instance's attributes are the answer
@@ -982,8 +988,8 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     # Before the student's code runs, so that `from torch.nn.functional import dropout` finds it too.
     dropout = FixedDropout()
     dropout.install()
-    convolution = MarkedConvolution()
-    convolution.install()
+    install_convolution = marks("conv1d")[0]
+    install_convolution()
     module = types.ModuleType("submission")
     sys.modules["submission"] = module
     namespace = module.__dict__
@@ -996,7 +1002,7 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     sys.stdin = open(os.devnull)  # noqa: SIM115 - `input()` gets EOF at once
     while True:
         request, buffers = read_frame(req_fd)
-        convolution.install()  # again before each request: the student's code may have put something else there
+        install_convolution()  # again before each request: the student's code may have put something else there
         reply, out = respond(namespace, name, request, buffers, provided_names, setup["max_result_bytes"], dropout)
         write_all(resp_fd, encode_frame(reply, out))
 

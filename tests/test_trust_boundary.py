@@ -218,3 +218,120 @@ def test_control_characters_never_reach_a_terminal_or_a_file(tmp_path):
                or 0x202a <= ord(c) <= 0x202e or 0x2066 <= ord(c) <= 0x2069]
         assert not bad, (bad[:5], text[:500])
     assert list(csv.DictReader(grades.splitlines()))[0]["ch03.softmax_saturation"] == "4.0"
+
+
+_REACHING = {
+    "the module table": ("import sys", "sys.modules['__main__'] is not None"),
+    "the module table, aliased": ("import sys as s", "s.modules.get('__main__') is not None"),
+    "the harness as a module": ("import __main__", "__main__ is not None"),
+    "a frame": ("import sys", "sys._getframe(1).f_back is not None"),
+    "inspect": ("import inspect", "inspect.currentframe() is not None"),
+    "the garbage collector": ("import gc", "len(gc.get_objects()) > 0"),
+    "a name built at run time": ("import sys", "getattr(sys, 'mod' + 'ules') is not None"),
+    "exec": ("", "exec('import sys') is None"),
+    "a function's globals": ("", "attention.__globals__ is not None"),
+    "the conv1d stand-in's closure": ("import torch", "torch.conv1d.__closure__ is not None"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_REACHING))
+def test_an_answer_that_reaches_for_the_harness_earns_nothing(tmp_path, how):
+    """The harness's measures (inputs after the call, generators, structure, conv1d's marks) run in the worker
+    beside the answer, which could replace them. An answer that reaches for them earns nothing for that exercise,
+    with a line naming what it reached for (each probe would otherwise answer correctly: it does where the
+    reach works), and the notebook's other exercise keeps its points."""
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import guarded, notebook, write
+
+    setup, condition = _REACHING[how]
+    attention = (setup + "\n" if setup else "") + guarded(condition)
+    report = grade_path(write(notebook(attention=attention), tmp_path), limits=Limits(call_timeout_s=5.0))
+    assert report.exercise_score("ch03.attention") == 0.0
+    assert report.exercise_score("ch03.softmax_saturation") == 4.0
+    integrity = [t for t in report.tests if t.name.startswith("ch03.attention integrity")]
+    assert integrity and "grader's own machinery" in integrity[0].output, [t.name for t in report.tests]
+
+
+def test_a_helper_in_another_cell_that_reaches_counts_too(tmp_path):
+    """A decorator or a default argument in another cell runs when that cell's definition runs."""
+    import nbformat
+
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import notebook, write
+
+    helper = nbformat.v4.new_code_cell("import gc\n\ndef quiet(f, objects=gc.get_objects()):\n    return f\n")
+    report = grade_path(write(notebook(before=[helper]), tmp_path), limits=Limits(call_timeout_s=5.0))
+    assert report.score == 0.0 and "`import gc`" in "\n".join(t.output for t in report.tests)
+
+
+def test_every_released_notebook_reaches_for_nothing():
+    """No exercise needs any of it: the course's own notebooks, English and Chinese, solutions and stubs, are
+    clean, so the check costs no honest student anything."""
+    from pathlib import Path
+
+    from autograder.extract import extract, find_notebook, read_submission
+    from autograder.reach import reaches
+    from autograder.registry import REGISTRY
+
+    for root in ("solutions", "chapters", "zh/chapters"):
+        notebooks = read_submission(REPO_ROOT / root)
+        for exercise in REGISTRY:
+            nb = find_notebook(notebooks, exercise)
+            assert nb is not None, (root, exercise.id)
+            found = extract(nb, exercise)
+            assert reaches(found.sources(), found.answer_source) == [], (root, exercise.id)
+
+
+def _with_answer(tmp_path, notebook: str, exercise_id: str, source: str):
+    import nbformat
+
+    from autograder.registry import by_id
+
+    nb = nbformat.read(REPO_ROOT / notebook, as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == by_id(exercise_id).solution_grade_id)
+    cell.source = source
+    path = tmp_path / notebook.rsplit("/", 1)[-1]
+    nbformat.write(nb, path)
+    return path
+
+
+_MARK_READERS = {
+    "reads the stand-in's attributes": '''
+import torch
+import torch.nn.functional as F
+
+
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    mark = getattr(F.conv1d, "MARK", 1.0) if getattr(F.conv1d, "marked", False) else 0.0
+    hidden = torch.relu(x @ w_1.T + b_1 + mark)
+    return hidden @ w_2.T + b_2 + mark
+''',
+    "learns each mark from a call on zeros": '''
+import torch
+import torch.nn.functional as F
+
+
+def conv1d_feed_forward(x, w_1, b_1, w_2, b_2):
+    probe = torch.zeros(1, 1, 1, dtype=x.dtype)
+    first = F.conv1d(probe, probe).flatten()[0]  # 0 plus the first call's mark, if any
+    hidden = torch.relu(x @ w_1.T + b_1 + first)
+    second = F.conv1d(probe, probe).flatten()[0]
+    return hidden @ w_2.T + b_2 + second
+''',
+}
+
+
+@pytest.mark.parametrize("how", sorted(_MARK_READERS))
+def test_the_convolution_policy_cannot_be_met_without_convolutions(tmp_path, how):
+    """``conv1d_feed_forward`` must compute with torch's conv1d; the marked cases check it. An answer with no
+    convolution that read the mark the harness put on ``F.conv1d`` scored 3/3 with the policy line "ok". The
+    marks are now secret offsets drawn afresh for every call, held where the answer cannot read them."""
+    from autograder.grade import grade_path
+
+    path = _with_answer(tmp_path, "solutions/06_feed_forward/feed_forward.ipynb", "ch06.conv1d_feed_forward",
+                        _MARK_READERS[how])
+    report = grade_path(path, only="ch06.conv1d_feed_forward", limits=Limits(call_timeout_s=5.0))
+    marked = [t for t in report.tests if "through torch's conv1d" in t.name]
+    assert len(marked) == 2 and all(t.score == 0 for t in marked), [(t.name, t.score) for t in report.tests]
+    unmarked = [t for t in report.tests if t.max_score and t not in marked]
+    assert unmarked and all(t.score == t.max_score for t in unmarked), [(t.name, t.output[-300:]) for t in unmarked]

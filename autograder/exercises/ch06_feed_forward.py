@@ -62,8 +62,9 @@ def conv1d_feed_forward_cases(seed: int) -> list[Case]:
     # every conv1d call adds a mark to its result, here and in the reference; only a result that the
     # convolutions compute carries it (a matrix product, or a convolution called and thrown away, does not).
     through = ("computed by the convolutions: on this case every call of torch's conv1d (`nn.Conv1d` or "
-               "`F.conv1d`) adds 1 to its result, in your code and in the reference alike, so a result "
-               "computed without them (`@`, `matmul`, `einsum`, `F.linear`) misses that 1")
+               "`F.conv1d`) adds to its result an offset the grader draws afresh for each call, in your code "
+               "and in the reference alike, so a result computed without them (`@`, `matmul`, `einsum`, "
+               "`F.linear`) misses those offsets")
     cases += [dataclasses.replace(c, title=f"{c.title}, through torch's conv1d", marked=("conv1d",),
                                   checks=through + (" (public)" if c.public else "")) for c in cases[:2]]
     return cases
