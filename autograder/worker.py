@@ -229,7 +229,16 @@ def _close_sandbox(setup: dict, isolated: bool) -> list[str]:
             why = os.strerror(ctypes.get_errno())
             check(mount("tmpfs", "/proc", "tmpfs", ms_nosuid | ms_nodev, "size=1k,mode=0555"), "empty /proc")
             weaker.append(f"no private /proc could be mounted ({why}): workers get an empty /proc")
+        # The kernel's keys: /proc/keys would list those of the grader's session the worker may view.
+        for listing in ("/proc/keys", "/proc/key-users"):
+            if os.path.exists(listing) and not mount("/dev/null", listing, None, ms_bind, None):
+                weaker.append(f"{listing} could not be hidden ({os.strerror(ctypes.get_errno())})")
     check(libc.prctl(38, 1, 0, 0, 0) == 0, "no new privileges")  # PR_SET_NO_NEW_PRIVS
+    # A session keyring of its own (empty), then no keyring calls at all: neither the grader's
+    # session keys (pam_keyinit gives a login one) nor what another worker left reach this one.
+    libc.syscall(_KEY_CALLS.get(os.uname().machine, (0, 0, -1))[2], 1, None)  # KEYCTL_JOIN_SESSION_KEYRING
+    if not _block_key_calls(libc):
+        weaker.append(f"keyring calls are not blocked on {os.uname().machine}")
     if os.geteuid() == 0:
         for cap in range(_last_capability() + 1):
             check(libc.prctl(24, cap, 0, 0, 0) == 0, f"dropping capability {cap} from the bounding set")
@@ -242,6 +251,40 @@ def _close_sandbox(setup: dict, isolated: bool) -> list[str]:
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
         check(libc.capset(header, (ctypes.c_uint32 * 6)()) == 0, "dropping capabilities")
     return weaker
+
+
+# (add_key, request_key, keyctl) system call numbers, and the audit architecture seccomp reports.
+_KEY_CALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+
+def _block_key_calls(libc) -> bool:
+    """A seccomp filter that fails ``add_key``, ``request_key`` and ``keyctl`` with EPERM (and, on x86_64, every
+    x32 call, which would reach them by other numbers); False where the architecture is not known here."""
+    import ctypes
+
+    machine = os.uname().machine
+    if machine not in _KEY_CALLS:
+        return False
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    load, equal, at_least, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    add_key, request_key, keyctl = _KEY_CALLS[machine]
+    steps = [(load, 0, 0, 4), (equal, 0, 5, _AUDIT_ARCH[machine]), (load, 0, 0, 0), (at_least, 4, 0, 0x40000000),
+             (equal, 3, 0, add_key), (equal, 2, 0, request_key), (equal, 1, 0, keyctl), (ret, 0, 0, allow),
+             (ret, 0, 0, deny)]
+    table = (Filter * len(steps))(*[Filter(*step) for step in steps])
+    program = Program(len(steps), table)
+    if libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        err = ctypes.get_errno()
+        raise OSError(err, f"blocking keyring calls: {os.strerror(err)}")
+    return True
 
 
 def _last_capability() -> int:
@@ -300,6 +343,13 @@ def _verify_sandbox(setup: dict, isolated: bool) -> list[str]:
         problems.append("the worker kept capabilities")
     if setup["uid"] is not None and (os.getuid(), os.geteuid()) != (setup["uid"],) * 2:
         problems.append("the worker did not become its own user")
+    calls = _KEY_CALLS.get(os.uname().machine)
+    if calls and (libc.syscall(calls[2], 0, -3, 0) != -1 or ctypes.get_errno() != 1):  # KEYCTL_GET_KEYRING_ID
+        problems.append("the worker can reach a keyring")
+    if isolated and os.path.exists("/proc/keys"):
+        with open("/proc/keys") as handle:
+            if handle.read(1):
+                problems.append("/proc/keys lists the kernel's keys")
     return problems
 
 

@@ -8,6 +8,7 @@ without the sandbox's allowlist.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -335,3 +336,29 @@ def test_the_convolution_policy_cannot_be_met_without_convolutions(tmp_path, how
     assert len(marked) == 2 and all(t.score == 0 for t in marked), [(t.name, t.score) for t in report.tests]
     unmarked = [t for t in report.tests if t.max_score and t not in marked]
     assert unmarked and all(t.score == t.max_score for t in unmarked), [(t.name, t.output[-300:]) for t in unmarked]
+
+
+_KEYRING_DRIVER = """
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    keyctl, add_key = {"x86_64": (250, 248), "aarch64": (219, 217)}[os.uname().machine]
+    # A session keyring, as pam_keyinit gives a login, holding the instructor's key.
+    assert libc.syscall(keyctl, 1, b"instructor-session") > 0, ctypes.get_errno()
+    assert libc.syscall(add_key, b"user", b"trust-boundary-probe", b"instructor-secret", 17, -3) > 0
+    from autograder.grade import grade_path
+    report = grade_path(sys.argv[1], only="ch03.attention")
+    print(report.exercise_score("ch03.attention"))
+    """
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="key system calls numbered here only")
+def test_the_graders_session_keys_do_not_reach_a_worker(tmp_path):
+    """A grader run in a login session has a session keyring; a worker listed (and read) a key the instructor had
+    stored there. Now each worker has an empty session keyring of its own, cannot make keyring calls, and sees no
+    /proc/keys. The probe answers correctly only if it sees the instructor's key."""
+    from tests.grader_fixtures import guarded, notebook, write
+
+    path = write(notebook(attention=guarded("'trust-boundary-probe' in open('/proc/keys').read()")), tmp_path)
+    done = _python(_KEYRING_DRIVER.replace("sys.argv[1]", repr(str(path))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["0.0"], done.stdout
