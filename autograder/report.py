@@ -334,8 +334,9 @@ def _submission(name: str, data: dict) -> Submission:
             result.stubbed_cases += _NOT_IMPLEMENTED in _outside_code(output)
         if failed and test.get("max_score", 0) > 0:
             result.failed_cases.append(rest)
-        if failed and rest.startswith("policy: "):
-            flag(exercise, "policy", next((own for own, _ in _paragraphs(output)), rest))
+        kind = rest.partition(": ")[0]
+        if failed and kind in REVIEW_KINDS:  # a 0-point line of its own: "ch03.attention policy: no library shortcut"
+            flag(exercise, kind, next((own for own, _ in _paragraphs(output)), rest))
         for mistake, message in _DIAGNOSIS.findall(_outside_code(output)):
             result.mistakes.setdefault(mistake.strip(), message.strip().rstrip(".。"))
         for kind, paragraph in _incidents(output):

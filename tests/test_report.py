@@ -23,6 +23,7 @@ import pytest
 from autograder.diagnoses_zh import ENGLISH_REST, diagnosis
 from autograder.feedback import code, fenced
 from autograder.mistakes import submission_source
+from autograder.reach import reach_line
 from autograder.registry import by_id
 from autograder.report import GradebookRow, read_gradebook, read_results, render_html, render_markdown
 from autograder.results import Report, TestResult, error_results, to_gradescope, write_results
@@ -38,6 +39,7 @@ CRASHED = "worker died before answering (exit code 3); an exit code never counts
 MEMORY = "exceeded the memory limit:\n\n" + fenced("RuntimeError: DefaultCPUAllocator: can't allocate memory")
 POLICY = ("Your answer calls `scaled_dot_product_attention`: this exercise asks you to write it yourself. "
           "Points are not deducted automatically; your instructor sees this line.")
+REACH = reach_line(["`sys.modules`"])
 
 # Two chapters, three exercises; each case is worth 2 points.
 CASES = {"ch03.attention": ["public: small batch", "hidden: causal mask", "hidden: padding"],
@@ -69,6 +71,11 @@ def _write_class(folder: Path, plans: dict[str, dict[str, str]], language: str =
                 report.tests[-len(CASES[exercise]):] = [_case_line(exercise, c, "ok", language)
                                                         for c in CASES[exercise]]
                 report.tests.append(TestResult(f"{exercise} policy: no library shortcut", 0, 0, POLICY, passed=False))
+            if what == "reach":
+                report.tests[-len(CASES[exercise]):] = [TestResult(f"{exercise} {c}", 0.0, 2.0, REACH)
+                                                        for c in CASES[exercise]]
+                report.tests.append(TestResult(f"{exercise} integrity: the grader's machinery left alone", 0, 0, REACH,
+                                               passed=False))
         write_results(to_gradescope(report), folder / f"{student}.json")
 
 
@@ -82,6 +89,7 @@ def _planted_class() -> dict[str, dict[str, str]]:
     plans["s04"]["ch03.softmax_saturation"] = "timeout"
     plans["s06"]["ch04.subsequent_mask"] = "memory"
     plans["s08"]["ch03.attention"] = "policy"
+    plans["s10"]["ch03.softmax_saturation"] = "reach"
     for student, name in zip(("s09", "s10", "s11"), HOSTILE.values(), strict=True):
         plans[name] = plans.pop(student)
     return plans
@@ -126,8 +134,9 @@ def test_counts_of_a_planted_class(tmp_path):
     assert incidents == {("s02", "ch03.attention", "crash"): CRASHED, ("s04", "ch03.softmax_saturation", "timeout"):
                          TIMED_OUT, ("s06", "ch04.subsequent_mask", "memory"):
                          "exceeded the memory limit: RuntimeError: DefaultCPUAllocator: can't allocate memory"}
-    assert [(f.submission, f.exercise, f.detail) for f in summary.flags(("policy", "integrity"))] == [
-        ("s08", "ch03.attention", POLICY)]
+    assert {(f.submission, f.exercise, f.kind, f.detail) for f in summary.flags(("policy", "integrity"))} == {
+        ("s08", "ch03.attention", "policy", POLICY),
+        (HOSTILE["ansi"], "ch03.softmax_saturation", "integrity", REACH)}  # s10, renamed
 
     markdown = render_markdown(summary)
     mistakes = _rows(markdown, "Diagnosis")
@@ -156,7 +165,8 @@ def test_student_controlled_text_is_escaped(tmp_path):
     # A gradebook's student ids are anything nbgrader was given, slashes included.
     summary.gradebook = [GradebookRow("</script><script>alert(2)</script>", "03_attention", "attention", 1.0, 10.0)]
     kinds = {f.submission: f.kind for f in summary.flags(("error", "integrity"))}
-    assert kinds == {"## Score 10 of 10": "integrity", "broken": "error", "unreadable": "error"}
+    assert kinds == {"## Score 10 of 10": "integrity", "broken": "error", "unreadable": "error",
+                     HOSTILE["ansi"]: "integrity"}
 
     page = render_html(summary)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
