@@ -125,6 +125,8 @@ class Page:
 
     docname: str  # "intro", "chapters/01_embeddings/embeddings", or "_toc" / "_config"
     parts: list[tuple[str | None, str]] = field(default_factory=list)
+    comments: set[str] = field(default_factory=set)  # units that are a code cell's comments
+    optional: set[str] = field(default_factory=set)  # units that may stay English (comments of a comments_pending page)
 
     def units(self) -> dict[str, str]:
         return {key: text for key, text in self.parts if key is not None}
@@ -202,15 +204,68 @@ def _contract():
     return _course_module("autograder.contract")
 
 
-def notebook_page(docname: str, nb: nbformat.NotebookNode) -> Page:
-    """A notebook's units: its markdown cells, keyed by cell id; a statement's generated contract is not
-    part of its unit (``make chapters`` writes it in Chinese itself, see ``translate_notebook``)."""
+def notebook_page(docname: str, nb: nbformat.NotebookNode, root: Path | None = None) -> Page:
+    """A notebook's units: its markdown cells, keyed by cell id (a statement's generated contract is not
+    part of its unit: ``make chapters`` writes it in Chinese itself, see ``translate_notebook``), and the
+    comments of each code cell outside the graded regions, keyed by the code cell's id (``code_comments``).
+    With ``root``, the comments of a page listed under ``comments_pending`` in its ``site.yml`` may stay English."""
     page = Page(docname)
     hand_written = _contract().hand_written
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             page.parts.append((cell.id, hand_written(cell.source)))
+        elif cell.cell_type == "code" and not graded(cell) and (comments := code_comments(cell.source)):
+            page.parts.append((cell.id, comments))
+            page.comments.add(cell.id)
+            if root is not None and docname in (settings(root).get("comments_pending") or []):
+                page.optional.add(cell.id)
     return page
+
+
+# --------------------------------------------------------------------------------------------
+# The comments of code cells: one unit per code cell, one line per comment (as d2l-zh, the Chinese
+# notebook's comments are Chinese; the code itself is the English notebook's, character for character)
+
+
+def _comment_tokens(source: str) -> list[tokenize.TokenInfo]:
+    """The comments of a code cell that a reader reads: not the visible tests' ``# contract: key`` markers, which
+    name a clause of the contract for the self-tests; none for a cell that does not tokenize."""
+    try:
+        tokens = list(tokenize.generate_tokens(StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return []
+    return [t for t in tokens if t.type == tokenize.COMMENT and not re.fullmatch(r"#\s*contract:[\w\- ,]*", t.string)]
+
+
+def code_comments(source: str) -> str:
+    """A code cell's comments, one per line, each as the code writes it (``# row i is ...``): its unit's English."""
+    return "\n".join(t.string.rstrip() for t in _comment_tokens(source))
+
+
+def comment_problem(english: str, chinese: str) -> str | None:
+    """Why ``chinese`` cannot stand for the comments ``english`` (``None``: it can): one comment per line, in order."""
+    lines = chinese.split("\n")
+    if len(lines) != len(english.split("\n")):
+        return f"the code has {len(english.splitlines())} comments, the translation {len(lines)} lines: one line per comment"
+    if not all(line.startswith("#") for line in lines):
+        return "every line of a comment unit is a comment: it starts with #"
+    return None
+
+
+def translate_comments(source: str, chinese: str) -> str:
+    """``source`` with its comments replaced, in order, by the lines of ``chinese`` (the code is untouched)."""
+    tokens, lines = _comment_tokens(source), chinese.split("\n")
+    if len(tokens) != len(lines):
+        return source
+    rows = StringIO(source).readlines()
+    starts = [0]
+    for row in rows:
+        starts.append(starts[-1] + len(row))
+    for token, line in reversed(list(zip(tokens, lines))):
+        start = starts[token.start[0] - 1] + token.start[1]
+        end = starts[token.end[0] - 1] + token.end[1]
+        source = source[:start] + line + source[end:]
+    return source
 
 
 def contract_problems(docname: str, nb: nbformat.NotebookNode) -> list[str]:
@@ -304,19 +359,25 @@ def translate_units(page: Page, translations: dict[str, Translation], is_pending
     outcome = Outcome(page.docname)
     shown: dict[str, str] = {}
     units = page.units()
+    comment_keys = page.comments
     sidecar = (TRANSLATIONS / f"{page.docname}.md").as_posix()
     for key, english in units.items():
         done = translations.get(key)
         if done is not None and done.source_hash == english_hash(english):
-            shown[key] = done.text
-            outcome.translated += 1
+            why = comment_problem(english, done.text) if key in comment_keys else None
+            if why is None:
+                shown[key] = done.text
+                outcome.translated += 1
+                continue
+            outcome.problems.append(f"{sidecar}: cell {key}: {why}")
+            shown[key] = english
             continue
-        # The toc's captions and the config's title are plain strings: no Markdown note there.
-        shown[key] = english if page.docname in PLAIN else with_pending_note(english, key)
+        # The toc's captions, the config's title and code comments are plain strings: no Markdown note there.
+        shown[key] = english if page.docname in PLAIN or key in comment_keys else with_pending_note(english, key)
         first_line = next((line for line in english.splitlines() if line.strip()), "")[:70]
         why = "no translation" if done is None else (
             "translated but never stamped" if done.source_hash == "new" else "the English changed since it was translated")
-        if is_pending:
+        if is_pending or (done is None and key in page.optional):
             outcome.pending.append(key)
         else:
             outcome.problems.append(f"{sidecar}: cell {key}: {why} ({first_line!r}); `{TODO} {page.docname}` lists what to translate")
@@ -465,8 +526,11 @@ def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str],
     if words is not None:
         translate_widgets(out, words, missing_widgets)
     for cell in out.cells:
-        if cell.cell_type == "code" and messages and not graded(cell):
-            cell.source = translate_messages(cell.source, messages)[0]
+        if cell.cell_type == "code" and not graded(cell) and cell.id in shown:
+            cell.source = translate_comments(cell.source, shown[cell.id])
+        if cell.cell_type == "code" and (messages or cell.id in shown) and not graded(cell):
+            if messages:
+                cell.source = translate_messages(cell.source, messages)[0]
             # A locked (read-only) visible test carries nbgrader's checksum of its source.
             if "checksum" in cell.metadata.get("nbgrader", {}):
                 cell.metadata.nbgrader.checksum = compute_checksum(cell)
@@ -853,7 +917,7 @@ def _pages(root: Path, release_root: Path, only: str | None) -> list[tuple[Page,
         base = release_root if docname.startswith("chapters/") else root
         if (base / f"{docname}.ipynb").is_file():
             nb = nbformat.read(base / f"{docname}.ipynb", as_version=4)
-            pages.append((notebook_page(docname, nb), nb))
+            pages.append((notebook_page(docname, nb, root), nb))
         else:
             text = (root / f"{docname}.md").read_text()
             pages.append((markdown_page(docname, text), text))
@@ -895,6 +959,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     release_root = release_root or root
     pending = set(settings(root).get("pending") or [])
     messages_pending = set(settings(root).get("messages_pending") or [])
+    comments_pending = set(settings(root).get("comments_pending") or [])
     site = out / SITE
     problems: list[str] = []
     pages = _pages(root, release_root, only)
@@ -923,6 +988,9 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
                 problems.append(str(unreadable))
         if page.docname in pending and not outcome.pending and not outcome.problems:
             problems.append(f"{SETTINGS}: {page.docname!r} is fully translated: take it off the pending list")
+        if page.docname in comments_pending and not set(outcome.pending) & page.comments:
+            problems.append(f"{SETTINGS}: the code comments of {page.docname!r} are all translated: take it off "
+                            "comments_pending")
         target = site / page.docname
         target.parent.mkdir(parents=True, exist_ok=True)
         if page.docname == "_toc":

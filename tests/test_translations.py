@@ -3,6 +3,7 @@ and notebooks that the grader treats exactly as the English ones."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from pathlib import Path
@@ -141,8 +142,9 @@ def test_the_chinese_notebook_shares_every_code_cell_output_widget_and_grade_cel
         assert zh.cell_type == en.cell_type
         if en.cell_type == "code" and tr.graded(en):
             assert zh == en, en.id  # source, outputs, execution count, nbgrader metadata
-        elif en.cell_type == "code":  # only the asserts' messages may differ (and so a locked cell's checksum)
-            assert _without_messages(zh.source) == _without_messages(en.source), en.id
+        elif en.cell_type == "code":  # only comments and the asserts' messages may differ (and a locked cell's checksum)
+            assert _code_shape(zh.source) == _code_shape(en.source), en.id
+            assert _without_messages(_without_comments(zh.source)) == _without_messages(_without_comments(en.source)), en.id
             assert {**zh, "source": "", "metadata": {}} == {**en, "source": "", "metadata": {}}, en.id
             assert _without_checksum(zh.metadata) == _without_checksum(en.metadata), en.id
         else:
@@ -150,6 +152,46 @@ def test_the_chinese_notebook_shares_every_code_cell_output_widget_and_grade_cel
             assert zh.source != en.source, f"{en.id} is not translated"
         if "checksum" in zh.metadata.get("nbgrader", {}):
             assert compute_checksum(zh) == zh.metadata.nbgrader.checksum, en.id
+
+
+def _code_shape(source: str) -> str:
+    """The syntax tree of a code cell with its string constants set aside (comments are not in it): what the
+    Chinese notebook's code must share with the English one's. IPython's magics are read as Python first."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    tree = ast.parse(TransformerManager().transform_cell(source))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node.value = ""
+        elif isinstance(node, ast.JoinedStr):
+            # a message's fields, in the order its language puts them (`message_problem` checks they are the same)
+            node.values = sorted((v for v in node.values if isinstance(v, ast.FormattedValue)), key=ast.dump)
+    return ast.dump(tree)
+
+
+def _without_comments(source: str) -> str:
+    """The code with every comment a reader reads emptied (``# contract:`` markers stay)."""
+    for token in reversed(tr._comment_tokens(source)):
+        lines = source.split("\n")
+        row = lines[token.start[0] - 1]
+        lines[token.start[0] - 1] = row[:token.start[1]] + "#" + row[token.end[1]:]
+        source = "\n".join(lines)
+    return source
+
+
+@pytest.mark.fast
+def test_a_translated_comment_changes_the_comment_only():
+    source = 'x = f(a, "s")   # the scores: (n_q, n_k)\n# second\nif x:  # third\n    y = "#not a comment"\n# contract: inputs\n'
+    english = tr.code_comments(source)
+    assert english == "# the scores: (n_q, n_k)\n# second\n# third"  # the contract marker is no comment to translate
+    chinese = "# 得分：(n_q, n_k)\n# 第二条\n# 第三条"
+    assert tr.comment_problem(english, chinese) is None
+    assert tr.translate_comments(source, chinese) == (
+        'x = f(a, "s")   # 得分：(n_q, n_k)\n# 第二条\nif x:  # 第三条\n    y = "#not a comment"\n# contract: inputs\n')
+    assert "one line per comment" in tr.comment_problem(english, "# 得分\n# 第二条")
+    assert "starts with #" in tr.comment_problem(english, "# 得分\n第二条\n# 第三条")
+    assert _code_shape(tr.translate_comments(source, chinese)) == _code_shape(source)
+    assert _code_shape('x = f(a, "s")') != _code_shape('x = f(b, "s")')  # code that differs is caught
 
 
 def _without_messages(source: str) -> str:
@@ -290,7 +332,7 @@ def _chinese_solution(chapter: str, notebook: str, folder: Path) -> Path:
     docname = f"chapters/{chapter}/{Path(notebook).stem}"
     nb = nbformat.read(REPO / "solutions" / chapter / notebook, as_version=4)
     pending = docname in set(tr.settings(REPO).get("pending") or [])
-    shown, outcome = tr.translate_units(tr.notebook_page(docname, nb), tr.read_sidecar(REPO, docname), pending)
+    shown, outcome = tr.translate_units(tr.notebook_page(docname, nb, REPO), tr.read_sidecar(REPO, docname), pending)
     assert outcome.problems == []
     (folder / chapter).mkdir(parents=True)
     path = folder / chapter / notebook
