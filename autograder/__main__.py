@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
 import traceback
 
 from autograder.feedback import clean
+from autograder.sandbox import REQUIRE_ENV
 from autograder.results import error_results, table, to_gradescope, write_results
 
 
@@ -17,6 +19,8 @@ NOT_GRADED_EXIT = 3  # some case could not be run even after a retry: this run i
 
 def _grade(args: argparse.Namespace) -> int:
     start = time.monotonic()
+    if args.require_isolation:
+        os.environ[REQUIRE_ENV] = "1"
     try:
         from autograder.sandbox import fork_server
 
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--results", default="results.json", help="where to write Gradescope's results.json")
     grade.add_argument("--public-only", action="store_true", help="run only the public cases")
     grade.add_argument("--seed", type=int, help="replay a run with the seed it recorded")
+    grade.add_argument("--require-isolation", action="store_true",
+                       help="grade nothing unless workers get the allowlist view (the Gradescope package sets it)")
     grade.set_defaults(run=_grade)
 
     batch = commands.add_parser("grade-batch", help="grade every submission in a folder, in parallel")
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--chapter")
     batch.add_argument("--jobs", type=int, default=0, help="parallel submissions (default: CPU count)")
     batch.add_argument("--results-dir", help="also keep each submission's results.json here")
+    batch.add_argument("--allow-unisolated", action="store_true",
+                       help="grade even where workers cannot get the allowlist view (a class you trust)")
     batch.set_defaults(run=lambda a: __import__("autograder.batch", fromlist=["run"]).run(a))
 
     report = commands.add_parser("report", help="the class at a glance, from grade-batch's --results-dir")
@@ -75,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     package.add_argument("--chapter", required=True)
     package.add_argument("--out", help="zip path (default: gradescope-chNN.zip)")
     package.add_argument("--wheels", help="folder of wheels to ship (default: download the pinned ones)")
+    package.add_argument("--allow-unisolated", action="store_true",
+                         help="the package grades even where workers cannot get the allowlist view")
     package.set_defaults(run=lambda a: __import__("autograder.gradescope", fromlist=["run"]).run(a))
 
     args = parser.parse_args(argv)

@@ -27,7 +27,7 @@ from autograder.feedback import clean
 from autograder.grade import grade_path
 from autograder.registry import REGISTRY
 from autograder.results import error_results, to_gradescope, write_results
-from autograder.sandbox import Limits
+from autograder.sandbox import REQUIRE_ENV, UNISOLATED, Limits, unisolated_reason
 
 
 def submissions(folder: Path) -> list[Path]:
@@ -116,6 +116,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{folder}: not a folder")
         return 2
     results_dir = Path(args.results_dir) if args.results_dir else None
+    if not args.allow_unisolated:
+        why = unisolated_reason()
+        if why is not None:
+            print(f"refusing to grade: {UNISOLATED.format(why=why)}")
+            return 2
+        os.environ[REQUIRE_ENV] = "1"  # the grading processes inherit it: none grades without the view
     rows = grade_folder(folder, chapter=args.chapter, jobs=args.jobs, results_dir=results_dir)
     write_csv(rows, Path(args.out))
     for row in rows:

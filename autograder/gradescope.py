@@ -72,7 +72,7 @@ done
 chmod -R go-w "$ROOT/venv"
 cd "$ROOT/source"
 PYTHONPATH="$ROOT/source" exec "$ROOT/venv/bin/python" -m autograder grade "$ROOT/submission" \\
-  --chapter {chapter} --results "$ROOT/results/results.json"
+  --chapter {chapter} --results "$ROOT/results/results.json"{isolation}
 """
 
 
@@ -188,8 +188,9 @@ def packaged_salt() -> str:
         return ""
 
 
-def build(chapter: str, out: Path, wheels: Path | None = None) -> Path:
-    """Write the package for one chapter (= one Gradescope assignment)."""
+def build(chapter: str, out: Path, wheels: Path | None = None, allow_unisolated: bool = False) -> Path:
+    """Write the package for one chapter (= one Gradescope assignment); it grades nothing where workers cannot
+    get the allowlist view, unless ``allow_unisolated``."""
     if not any(e.chapter.split("_")[0] == chapter.zfill(2) for e in REGISTRY):
         raise ValueError(f"no exercises for chapter {chapter!r}")
     files = shipped_files()
@@ -200,7 +201,8 @@ def build(chapter: str, out: Path, wheels: Path | None = None) -> Path:
         archive.writestr(f"autograder/{SALT_FILE.name}", secrets.token_hex(32) + "\n")
         archive.writestr("requirements-grader.txt", "\n".join(lines) + "\n")
         for name, text in (("setup.sh", SETUP_SH),
-                           ("run_autograder", RUN_AUTOGRADER.format(chapter=chapter.zfill(2)))):
+                           ("run_autograder", RUN_AUTOGRADER.format(
+                               chapter=chapter.zfill(2), isolation="" if allow_unisolated else " --require-isolation"))):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o100755 << 16
             archive.writestr(info, text)
@@ -211,6 +213,6 @@ def build(chapter: str, out: Path, wheels: Path | None = None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"gradescope-ch{args.chapter.zfill(2)}.zip")
-    build(args.chapter, out, Path(args.wheels) if args.wheels else None)
+    build(args.chapter, out, Path(args.wheels) if args.wheels else None, args.allow_unisolated)
     print(f"Gradescope package written to {out}; upload it as the assignment's autograder.")
     return 0

@@ -17,6 +17,7 @@ from autograder.feedback import clean, fenced
 
 ERROR_NOTE = "autograder error (not your fault)"
 ERROR_TEST = ERROR_NOTE
+UNISOLATED_PREFIX = "process group and resource limits only"  # how ``sandbox.isolation`` says so
 NOT_GRADED = ("**Not graded yet**: the grader could not run {n} case(s) of this submission, even after trying "
               "again (its fault, not yours). The score below leaves them out; your instructor has been told and "
               "will grade it again.")
@@ -180,5 +181,7 @@ def table(report: Report) -> str:
     lines += ["-" * (width + 19), f"{'total':<{width}}  {f'{report.score:g}/{report.max_score:g}':>9}"]
     if report.not_graded:
         lines.append(NOT_GRADED.format(n=len(report.not_graded)).replace("**", ""))
+    if report.sandbox.startswith(UNISOLATED_PREFIX):
+        lines.append(f"Note: graded without the sandbox's isolation ({report.sandbox}).")
     details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.name.endswith(" notes")]
     return clean("\n".join(lines + details + ([""] + report.notes if report.notes else [])))

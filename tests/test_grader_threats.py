@@ -194,7 +194,8 @@ def test_08_monkeypatched_checks_change_nothing(tmp_path):
     report = _hostile(tmp_path, patches + "def attention(query, key, value, mask=None, dropout=None):\n"
                                           "    return torch.zeros(1), torch.zeros(1)\n")
     _only_attention_lost(report)
-    assert "before any test" in _outputs(report)  # patched builtins break loading: not retried 6 times
+    # Patching builtins and traceback reaches for the interpreter's machinery: refused before anything runs.
+    assert "grader's own machinery" in _outputs(report) and "`import builtins`" in _outputs(report)
 
 
 def test_09_forged_results_and_planted_files(tmp_path):

