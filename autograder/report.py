@@ -620,9 +620,10 @@ def render_markdown(summary: ClassSummary) -> str:
             out.append(_md_table([words["case"], words["count"]], [[md(case), str(n)] for case, n in cases])
                        if cases else words["no_cases"])
     head = [words["submission"], words["exercise_col"], words["what"], words["detail"]]
-    for title, kinds in ((words["incidents"], INCIDENT_KINDS), (words["review"], REVIEW_KINDS)):
+    for title, note, kinds in ((words["incidents"], "", INCIDENT_KINDS),
+                               (words["review"], words["review_note"], REVIEW_KINDS)):
         flags = summary.flags(kinds)
-        out.append(f"## {title}")
+        out += [f"## {title}", *([note] if note else [])]
         out.append(_md_table(head, [[md(f.submission), md(f.exercise), words[f"kind.{f.kind}"], md(f.detail)]
                                     for f in flags]) if flags else words["none"])
     exercises = summary.exercises
