@@ -976,6 +976,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
         if page.docname not in PLAIN:
             sidecar = (TRANSLATIONS / f"{page.docname}.md").as_posix()
             problems += [found for key, text in shown.items() if key in translations and translations[key].text == text
+                         and key not in page.comments  # a code cell's comments are code, not Markdown
                          for found in markup_problems(text, f"{sidecar}: cell {key}", renderer)]
         if isinstance(source, nbformat.NotebookNode) and page.docname not in pending:
             problems += contract_problems(page.docname, source)

@@ -136,7 +136,8 @@ def test_every_chinese_unit_renders_without_literal_markup():
         if page.docname in tr.PLAIN:
             continue
         for key, done in tr.read_sidecar(REPO, page.docname).items():
-            problems += tr.markup_problems(done.text, f"{page.docname}: {key}", renderer)
+            if key not in page.comments:
+                problems += tr.markup_problems(done.text, f"{page.docname}: {key}", renderer)
     assert problems == []
 
 
