@@ -492,23 +492,54 @@ POLL_S = 0.05  # how often a waiting harness looks at the worker's own time
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+MAX_TREE = 4096  # processes of one worker's tree looked at (its process limit is far lower)
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from each thread's ``children`` list (a bounded walk)."""
+    found, todo = [], [pid]
+    while todo and len(found) < MAX_TREE:
+        current = todo.pop()
+        found.append(current)
+        try:
+            threads = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{current}/task/{thread}/children") as handle:
+                    todo += [int(c) for c in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+    return found
+
+
 def _cpu_and_state(pid: int) -> tuple[float, str] | None:
-    """(CPU seconds of all its threads, the scheduler's state letter) of process ``pid``, or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS, fields[0]
-    except (OSError, IndexError, ValueError):
-        return None
+    """(CPU seconds of process ``pid`` and of every process below it, living or reaped, all their threads;
+    "R" if any of them is runnable, else the state letter of ``pid``), or None when ``pid`` is gone."""
+    total, state = 0.0, None
+    for number, member in enumerate(_descendants(pid)):
+        try:
+            with open(f"/proc/{member}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            # utime, stime, and cutime, cstime: what its children used that it has waited for
+            total += sum(int(f) for f in fields[11:15]) / _TICKS
+        except (OSError, IndexError, ValueError):
+            if number == 0:
+                return None
+            continue
+        state = fields[0] if state is None or fields[0] == "R" else state
+    return total, state
 
 
 class OwnTime:
     """The time a worker's own code spent since this clock started, whatever the machine's load.
 
-    Its CPU time (``/proc/PID/stat``, every thread), plus the time it chose to wait: the spans
-    between two looks of a harness that found nothing to read or write, in which the worker used
-    no CPU and was not runnable (asleep, blocked on a pipe it does not read, waiting for a
-    process it started, stopped). Time spent runnable but waiting for a CPU that other processes
+    The CPU time of the worker and of every process it started (``/proc/PID/stat``, every thread,
+    children living or reaped: a worker that idles while its children burn the CPU is charged for
+    them), plus the time it chose to wait: the spans between two looks of a harness that found
+    nothing to read or write, in which none of them used CPU or was runnable (asleep, blocked on a
+    pipe it does not read, stopped). Time spent runnable but waiting for a CPU that other processes
     keep busy counts in neither. Where ``/proc`` cannot be read, it is the wall-clock time.
     """
 

@@ -457,3 +457,36 @@ def test_the_gradescope_package_requires_the_view_unless_told(tmp_path):
     trusting = gradescope.build("03", tmp_path / "trusting.zip", wheels, allow_unisolated=True)
     assert "--require-isolation" in zipfile.ZipFile(strict).read("run_autograder").decode()
     assert "--require-isolation" not in zipfile.ZipFile(trusting).read("run_autograder").decode()
+
+
+_CHILDREN_BURN = """import os
+import subprocess
+import sys
+
+
+def attention(query, key, value, mask=None, dropout=None):
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # the worker itself barely runs
+    while all(b.poll() is None for b in burners):
+        pass
+"""
+
+
+def test_cpu_burnt_by_a_workers_children_counts_as_its_own_time(tmp_path):
+    """A worker at SCHED_IDLE whose children burnt the CPU passed calls of 25 s wall against a 10 s limit (own time
+    1.06 s), each call running to the backstop. The children's CPU now counts: each call stops at its own-time
+    limit, long before the wall-clock backstop."""
+    import time
+
+    from autograder.grade import grade_path
+    from tests.grader_fixtures import notebook, write
+
+    limits = Limits(call_timeout_s=2.0)
+    started = time.monotonic()
+    report = grade_path(write(notebook(attention=_CHILDREN_BURN), tmp_path), only="ch03.attention", limits=limits)
+    took = time.monotonic() - started
+    said = "\n".join(t.output for t in report.tests)
+    assert report.exercise_score("ch03.attention") == 0.0
+    assert "timed out after 2 s" in said and "wall-clock" not in said, said[:3000]
+    # Two calls time out, then the exercise stops: about 2 x 2 s of the tree's CPU on two cores, not 2 x 10 s of wall.
+    assert took < 2 * limits.wall_factor * limits.call_timeout_s, took
