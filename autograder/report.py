@@ -27,6 +27,7 @@ import sqlite3
 import statistics
 import sys
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,8 +44,8 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&])")
 
 # What the grader says when something other than a wrong answer happened, in the order they are tried
 # (a worker killed by SIGKILL also "died before answering": the memory limit is the cause to report).
-# The words are the grader's own (grade.py, sandbox.py, worker.py, extract.py); the test that grades a
-# class for real keeps them in step.
+# The words are the grader's own (grade.py, sandbox.py, worker.py, extract.py); the tests, one of which
+# grades a class for real, keep them in step.
 _INCIDENTS = (
     ("memory", "exceeded the memory limit"),
     ("memory", "ran out of memory"),
@@ -371,7 +372,7 @@ def read_gradebook(path: Path) -> list[GradebookRow]:
     opened read-only: a report never changes a gradebook, even one nbgrader is writing at the time."""
     if not path.is_file():
         raise FileNotFoundError(path)
-    with sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True) as db:
+    with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as db:
         rows = db.execute(_GRADEBOOK_QUERY).fetchall()
     return [GradebookRow(str(s), str(a), str(n), round(float(score), 2), round(float(top), 2))
             for s, a, n, score, top in rows]
