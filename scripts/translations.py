@@ -14,8 +14,10 @@ metadata are never copied into a sidecar: ``make chapters`` writes ``zh/`` from 
 student notebooks (``chapters/``) and pages, replacing the prose only, so both languages share
 every line of code and every graded region by construction.
 
-The messages of the ``assert`` statements in a notebook's code cells (its visible tests' messages) are
-the one piece of code cells that is translated: ``translations/zh/<page>.messages.yml`` maps each
+Two pieces of a code cell outside the graded regions are translated, and nothing else of it. Its comments
+are a unit of the page's sidecar, keyed by the cell's id: one line per comment, in the order of the code
+(``code_comments``; a page under ``comments_pending`` in ``site.yml`` may keep them English). And the
+messages of its ``assert`` statements (its visible tests' messages): ``translations/zh/<page>.messages.yml`` maps each
 message's string literal, exactly as the English code writes it, to its Chinese literal (an f-string
 keeps the same ``{...}`` fields). Keyed by the English itself, a reworded message has no Chinese and an
 entry whose English is gone is named, so no hash is needed; every other character of the code, and
