@@ -386,7 +386,7 @@ class CapstoneRun(ExerciseRun):
         if "written" not in chunk:  # a chunk of this notebook
             return "raised in " + self.extraction.explain(f"chunk {number}, line {line}: ").removesuffix(": ")
         # a statement of a chapter's answer (``course_code.gather``): the line of its cell it started at
-        starts = [old for new, old in chunk["lines"].items() if new <= line]
+        starts = [old for new, old in chunk.get("lines", {}).items() if new <= line]
         written = chunk["written"].splitlines()
         if not starts or not 0 < starts[-1] <= len(written):
             return f"raised in {chunk['label']}"

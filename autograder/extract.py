@@ -113,7 +113,7 @@ class Extraction:
         chunk = self.chunks[int(found[1])]
         where = chunk["label"]
         # The statement that starts last at or before the line: its first line in the cell.
-        starts = [old for new, old in chunk["lines"].items() if found[2] and new <= int(found[2])]
+        starts = [old for new, old in chunk.get("lines", {}).items() if found[2] and new <= int(found[2])]
         cell = self.cells.get(where, "").splitlines()
         if starts and 0 < starts[-1] <= len(cell):
             where += f", line {starts[-1]}: `{cell[starts[-1] - 1].strip()[:200]}`"

@@ -35,7 +35,7 @@ from autograder.sandbox import REPO_ROOT
 
 PACKAGES = ("autograder", "tfm_solution")
 # Instructors' nbgrader glue: it imports nbgrader, which Gradescope never runs.
-NOT_SHIPPED = ("autograder/nbgrader_plugin.py",)
+NOT_SHIPPED = ("autograder/nbgrader_plugin.py", "autograder/report.py")  # instructors' tools, not grading
 PINNED = ("torch",)  # pinned exactly: the reference's numbers come from it
 # Needed without an import statement: torch's ``Tensor.numpy()`` (the wire format's bytes) needs NumPy.
 USED_WITHOUT_IMPORT = {"numpy": {"numpy"}}

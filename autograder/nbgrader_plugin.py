@@ -24,6 +24,7 @@ enables all three::
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from pathlib import Path
 
@@ -33,16 +34,32 @@ from nbgrader.api import MissingEntry
 from nbgrader.converters.autograde import Autograde
 from nbgrader.converters.generate_feedback import GenerateFeedback
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
+from traitlets import Bool
 
 from autograder.registry import REGISTRY
+
+
+class NotGraded(RuntimeError):
+    """This submission cannot be graded here (no sandbox, or cases the grader could not run): nbgrader records
+    no points for it and says why, rather than counting the grader's trouble as the student's."""
 
 
 class GradeOutsideKernel(NbGraderPreprocessor):
     """Write each graded cell's outputs: the harness's feedback and points, from the sandbox, no kernel."""
 
+    allow_unisolated = Bool(False, help="Grade even where workers cannot get the sandbox's allowlist view "
+                                        "(only for a class whose code you trust).").tag(config=True)
+
     def preprocess(self, nb, resources):
         from autograder.grade import grade_path
         from autograder.results import table
+        from autograder.sandbox import REQUIRE_ENV, UNISOLATED, unisolated_reason
+
+        if not self.allow_unisolated:
+            why = unisolated_reason()
+            if why is not None:
+                raise NotGraded(UNISOLATED.format(why=why) + " (c.GradeOutsideKernel.allow_unisolated = True)")
+            os.environ[REQUIRE_ENV] = "1"
 
         by_test_id = {e.test_grade_id: e for e in REGISTRY}
         graded = [c for c in nb.cells if c.cell_type == "code"
@@ -65,6 +82,9 @@ class GradeOutsideKernel(NbGraderPreprocessor):
                     if not path.exists():
                         nbformat.write(sources, path)
                 report = grade_path(path, only=exercise.id)
+                if report.not_graded:
+                    raise NotGraded(f"{exercise.id}: the grader could not run {len(report.not_graded)} case(s) even "
+                                    f"after trying again; grade this submission again:\n{table(report)}")
                 points = report.exercise_score(exercise.id)
                 cell.outputs = [
                     nbformat.v4.new_output("stream", name="stdout", text=table(report) + "\n"),

