@@ -114,9 +114,9 @@ def part_a_scores(eval_seed: int, got) -> tuple[float, float, float]:
     """(accuracy, forced accuracy, agreement) of a Part A reply, scored here against our own sequences."""
     from tfm_solution.capstone import scores
 
-    if not (isinstance(got, tuple) and len(got) == 9 and all(isinstance(t, torch.Tensor) for t in got[:3])):
+    if not (isinstance(got, tuple) and len(got) == 10 and all(isinstance(t, torch.Tensor) for t in (*got[:3], got[9]))):
         raise ValueError("the training run did not return the decoded ids")
-    return scores(held_out_pairs(eval_seed), got[0], got[1], got[2], _task().pad)
+    return scores(held_out_pairs(eval_seed), got[0], got[1], got[2], _task().pad, theirs=got[9])
 
 
 def _number(value) -> float:
@@ -125,10 +125,12 @@ def _number(value) -> float:
 
 def _run_lines(got) -> list[str]:
     steps, planned, cpu = _number(got[6]), _number(got[7]), _number(got[5])
-    lines = [f"trained {steps:.0f} of {planned:.0f} optimizer steps in {cpu:.1f} CPU seconds "
-             f"(the budget: {spec.TASK['cpu_budget_s']:.0f})"]
+    budget = spec.TASK["cpu_budget_s"]
+    lines = [f"trained {steps:.0f} of {planned:.0f} optimizer steps (counted as the optimizer took them) in "
+             f"{cpu:.1f} CPU seconds (the budget: {budget:.0f})"]
     if steps < planned:
-        lines[0] += "; the budget ran out first: your code is slower than it should be"
+        lines[0] += ("; the budget ran out first: your code is slower than it should be" if cpu >= 0.95 * budget
+                     else "; your training loop took fewer optimizer steps than its micro-batches call for")
     lines.append(f"decoding speed, not graded: {_number(got[3]):,.0f} tokens per CPU second cached, "
                  f"{_number(got[4]):,.0f} uncached")
     return lines
@@ -139,8 +141,9 @@ def _accuracy(band: float, eval_seed: int, got) -> tuple[bool, list[str]]:
         accuracy, forced, _ = part_a_scores(eval_seed, got)
     except ValueError as exc:
         return False, [str(exc)]
-    lines = [f"exact match: {accuracy:.1%} of {_task().held_out} held-out sequences reversed by your greedy "
-             f"decoding (this line: at least {band:.0%}; full marks from {spec.ACCURACY_BANDS[-1]:.0%})",
+    lines = [f"exact match: {accuracy:.1%} of {_task().held_out} held-out sequences reversed by your model, decoded "
+             f"by the course's greedy loop (this line: at least {band:.0%}; full marks from "
+             f"{spec.ACCURACY_BANDS[-1]:.0%})",
              f"fed the right prefix (teacher forcing), your model gets every token right on {forced:.1%} of them",
              *_run_lines(got)]
     return accuracy >= band, lines

@@ -906,10 +906,12 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     (``tfm_solution.capstone.train_reversal``), then decode held-out sequences with its greedy decoders.
 
     ``args`` = ``(task, eval_seed)``. Everything the model computes comes from the submission's
-    namespace; the course's procedure only draws the data and counts. One training run serves every
-    case of this worker. Returns ids, never shares (the harness scores them against the sequences it
-    draws itself): ``(greedy ids, cached ids, teacher-forced predictions, cached tokens/s, uncached
-    tokens/s, training CPU seconds, steps, planned steps, loss curve (chunks + 1, 2))``.
+    namespace; the course's procedure only draws the data, counts the optimizer's steps and decodes with
+    its own greedy loop (the graded accuracy). One training run serves every case of this worker.
+    Returns ids, never shares (the harness scores them against the sequences it draws itself):
+    ``(the course loop's ids, their cached ids, teacher-forced predictions, cached tokens/s, uncached
+    tokens/s, training CPU seconds, optimizer steps taken, planned steps, loss curve (chunks + 1, 2),
+    their uncached ids)``.
     """
     import torch
 
@@ -925,7 +927,7 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
         raise _located(exc) from None
     return (found.greedy, found.cached, found.forced, found.tokens_per_s, found.uncached_tokens_per_s,
             trained.train_cpu_s, trained.steps, trained.planned_steps,
-            torch.tensor(trained.curve, dtype=torch.float64))
+            torch.tensor(trained.curve, dtype=torch.float64), found.theirs)
 
 
 def capstone_translation(fn, args: list, classes: dict):

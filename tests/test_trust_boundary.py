@@ -510,3 +510,54 @@ def test_nbgrader_refuses_to_grade_without_the_view_unless_told(no_bubblewrap):
         return
     outputs = [c.outputs for c in graded.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
     assert len(outputs) == 2 and all("graded without the sandbox's isolation" in o[0]["text"] for o in outputs)
+
+
+_CHEAT = {
+    "ch10-greedy-decode": '''
+def greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol=None, pad=2):
+    rows = []
+    for row, keep in zip(src.tolist(), src_mask[:, 0].tolist()):
+        body = [t for t, k in zip(row, keep) if k][1:-1]  # the source between its <s> and </s>
+        rows.append([start_symbol] + body[::-1] + [end_symbol])
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+''',
+    "ch11-greedy-decode-cached": '''
+def greedy_decode_cached(model, src, src_mask, max_len, start_symbol, end_symbol=None, pad=2):
+    return greedy_decode(model, src, src_mask, max_len, start_symbol, end_symbol, pad)
+''',
+    "ch09-train-with-accumulation": '''
+def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, accum_iter):
+    return sum(1 for _ in batches) // accum_iter
+''',
+}
+
+
+def test_the_capstone_judges_the_students_model_not_the_students_decoder(tmp_path):
+    """Greedy decoders that return `<s>` and the reversed source without the model, and a training loop that does
+    nothing, got 12/12 ("trained 400 of 400 steps"). The accuracy is now that of the course's greedy loop over the
+    student's model, and the steps are counted as the optimizer takes them: no point for accuracy."""
+    import importlib.util
+
+    from autograder.grade import grade_path
+
+    script = importlib.util.spec_from_file_location("capstone_diagnosis", REPO_ROOT / "scripts" / "capstone_diagnosis.py")
+    module = importlib.util.module_from_spec(script)
+    script.loader.exec_module(module)
+    folder = tmp_path / "course"
+    for number, (grade_id, source) in enumerate(_CHEAT.items()):
+        if number == 0:
+            module.submission_with(folder, grade_id, source)
+            continue
+        path = folder / module.notebook_of(grade_id).relative_to(REPO_ROOT / "solutions")
+        import nbformat
+
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+                cell.source = source.strip("\n")
+        nbformat.write(nb, path)
+    report = grade_path(folder, chapter="12", only="ch12.reversal", public_only=False)
+    accuracy = [t for t in report.tests if "exact match" in t.name]
+    assert accuracy and all(t.score == 0 for t in accuracy), [(t.name, t.score) for t in report.tests]
+    assert "trained 0 of 400 optimizer steps" in accuracy[0].output, accuracy[0].output

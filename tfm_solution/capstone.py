@@ -78,8 +78,9 @@ class ReversalTask:
 @dataclass
 class Trained:
     """A model trained on the task (``train_reversal``): the model, the optimizer steps taken of those
-    planned (fewer when the CPU budget ran out), the CPU seconds they took, and the loss curve:
-    (optimizer step, held-out loss per token) after each chunk of training."""
+    planned (counted as the optimizer takes them, whatever the student's loop says: fewer when the CPU budget
+    ran out or the loop skipped them), the CPU seconds they took, and the loss curve: (steps due so far,
+    held-out loss per token) after each chunk of training."""
 
     model: Any
     steps: int
@@ -90,13 +91,15 @@ class Trained:
 
 @dataclass
 class Evaluation:
-    """What the student's decoders made of held-out sequences (``evaluate_reversal``).
+    """What the student's model and decoders made of held-out sequences (``evaluate_reversal``).
 
-    ``pairs``: the held-out (source, target) pairs; ``greedy`` and ``cached``: the ids of the
-    student's ``greedy_decode`` and ``greedy_decode_cached`` ``(sequences, T)``; ``forced``: the
-    model's most likely next token at every target position when fed the whole target (teacher
-    forcing, with masks made here) ``(sequences, target length - 1)``; generated tokens per CPU
-    second of each decoder. ``scores`` turns them into shares.
+    ``pairs``: the held-out (source, target) pairs; ``greedy``: the ids the course's greedy loop
+    (``course_greedy``) gets from the student's model ``(sequences, T)``, the graded accuracy;
+    ``cached`` and ``theirs``: the ids of the student's ``greedy_decode_cached`` and ``greedy_decode``,
+    which must agree token for token; ``forced``: the model's most likely next token at every target
+    position when fed the whole target (teacher forcing, with masks made here) ``(sequences, target
+    length - 1)``; generated tokens per CPU second of the student's two decoders. ``scores`` turns
+    them into shares.
     """
 
     pairs: list[tuple[list[int], list[int]]]
@@ -105,6 +108,7 @@ class Evaluation:
     forced: torch.Tensor
     tokens_per_s: float
     uncached_tokens_per_s: float
+    theirs: torch.Tensor | None = None
 
 
 PART_A_NAMES = ("make_model", "Batch", "LabelSmoothing", "SimpleLossCompute", "rate", "train_with_accumulation",
@@ -156,18 +160,39 @@ def forced_predictions(model: nn.Module, pairs: Sequence[tuple[Sequence[int], Se
         return model.generator(out).argmax(-1)
 
 
+def course_greedy(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor, max_len: int, bos: int, eos: int,
+                  pad: int) -> torch.Tensor:
+    """The course's greedy loop over any model with the notes' ``forward`` and ``generator``: ``(batch, src_len)``
+    -> ids ``(batch, <= max_len)`` from ``bos``, ``pad`` after a sequence's ``eos``. No cache and masks made here
+    (each target position sees itself and those before it), so what it gets is what the model learned."""
+    ys = torch.full((src.size(0), 1), bos, dtype=torch.long)
+    ended = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len - 1):
+        causal = torch.ones(1, ys.size(1), ys.size(1), dtype=torch.bool).tril()
+        out = model(src, ys, src_mask, causal)
+        chosen = model.generator(out[:, -1]).argmax(-1)
+        chosen = torch.where(ended, torch.full_like(chosen, pad), chosen)
+        ys = torch.cat([ys, chosen[:, None]], dim=1)
+        ended |= chosen == eos
+        if bool(ended.all()):
+            break
+    return ys
+
+
 def scores(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], greedy: torch.Tensor, cached: torch.Tensor,
-           forced: torch.Tensor, pad: int) -> tuple[float, float, float]:
+           forced: torch.Tensor, pad: int, theirs: torch.Tensor | None = None) -> tuple[float, float, float]:
     """``(accuracy, forced accuracy, agreement)``: the shares of ``pairs`` whose target the greedy ids
     hold exactly (``<s>`` to ``</s>``), whose every next token teacher forcing gets right, and whose
-    cached ids equal the uncached ones."""
+    cached ids equal the uncached ones (``theirs``, the student's own uncached decoder, else ``greedy``)."""
     targets = [list(t) for _, t in pairs]
     if greedy.dim() != 2 or forced.dim() != 2 or len(greedy) != len(targets) or len(forced) != len(targets):
         raise ValueError(f"expected one row per held-out sequence ({len(targets)}), got {tuple(greedy.shape)} "
                          f"and {tuple(forced.shape)}")
     exact = [row[:len(t)] == t for row, t in zip(greedy.tolist(), targets)]
     right = [row[:len(t) - 1] == t[1:] for row, t in zip(forced.tolist(), targets)]
-    agree = same_rows(cached, greedy, pad) if cached.dim() == 2 and len(cached) == len(targets) else [False]
+    uncached = greedy if theirs is None else theirs
+    agree = same_rows(cached, uncached, pad) if cached.dim() == 2 == uncached.dim() and \
+        len(cached) == len(targets) == len(uncached) else [False]
     n = len(targets)
     return sum(exact) / n, sum(right) / n, sum(agree) / n
 
@@ -217,6 +242,8 @@ def _train_reversal(parts: Mapping[str, Any], task: ReversalTask,
     loss_compute = parts["SimpleLossCompute"](model.generator, parts["LabelSmoothing"](task.vocab, task.pad,
                                                                                       task.smoothing))
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    taken = [0]  # optimizer steps as the optimizer takes them, not as the student's loop reports them
+    optimizer.register_step_post_hook(lambda *_: taken.__setitem__(0, taken[0] + 1))
     rate = parts["rate"]
     scheduler = LambdaLR(optimizer, lambda step: rate(step, task.d_model, task.factor, task.warmup))
     data = torch.Generator().manual_seed(task.seed)
@@ -244,12 +271,13 @@ def _train_reversal(parts: Mapping[str, Any], task: ReversalTask,
         curve.append((steps, held_out_loss()))
         if on_chunk is not None:
             on_chunk(*curve[-1], model)
-    return Trained(model, steps, task.steps, time.process_time() - start, curve)
+    return Trained(model, taken[0], task.steps, time.process_time() - start, curve)
 
 
 def evaluate_reversal(parts: Mapping[str, Any], model: nn.Module, task: ReversalTask, eval_seed: int) -> Evaluation:
-    """``task.held_out`` unseen sequences drawn from ``eval_seed``, decoded by the student's ``greedy_decode``
-    (the graded accuracy) and ``greedy_decode_cached`` (which must agree with it token for token)."""
+    """``task.held_out`` unseen sequences drawn from ``eval_seed``, decoded from the student's model by the course's
+    greedy loop (the graded accuracy: a decoder cannot answer for a model that did not learn), and by the student's
+    ``greedy_decode`` and ``greedy_decode_cached`` (which must agree token for token)."""
     with one_thread():
         return _evaluate_reversal(parts, model, task, eval_seed)
 
@@ -267,9 +295,11 @@ def _evaluate_reversal(parts: Mapping[str, Any], model: nn.Module, task: Reversa
         begin = time.process_time()
         cached = parts["greedy_decode_cached"](model, src, src_mask, longest, task.bos, task.eos, task.pad)
         cached_s = time.process_time() - begin
-    return Evaluation(pairs, greedy, cached, forced_predictions(model, pairs, task.pad),
+        course = course_greedy(model, src, src_mask, longest, task.bos, task.eos, task.pad)
+    return Evaluation(pairs, course, cached, forced_predictions(model, pairs, task.pad),
                       tokens_per_s=float((cached[:, 1:] != task.pad).sum()) / max(cached_s, 1e-9),
-                      uncached_tokens_per_s=float((greedy[:, 1:] != task.pad).sum()) / max(uncached_s, 1e-9))
+                      uncached_tokens_per_s=float((greedy[:, 1:] != task.pad).sum()) / max(uncached_s, 1e-9),
+                      theirs=greedy)
 
 
 # ----------------------------------------------------------------------------- Part B: translation
@@ -422,6 +452,8 @@ def train_multi30k(parts: Mapping[str, Any], task: TranslationTask, epochs: int 
                                            task.heads, task.dropout))
     loss_compute = parts["SimpleLossCompute"](model.generator, parts["LabelSmoothing"](task.tgt_vocab, task.pad, 0.1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    taken = [0]  # optimizer steps as the optimizer takes them, not as the student's loop reports them
+    optimizer.register_step_post_hook(lambda *_: taken.__setitem__(0, taken[0] + 1))
     rate = parts["rate"]
     scheduler = LambdaLR(optimizer, lambda step: rate(step, task.d_model, 0.5, 800))
     order = torch.Generator().manual_seed(seed)
