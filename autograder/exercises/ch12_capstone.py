@@ -73,7 +73,7 @@ def reversal_cases(seed: int) -> list[Case]:
     for band in ACCURACY_BANDS:
         cases.append(Case(f"exact match at least {band:.0%}",
                           f"your model, trained by your loop for at most {TASK['steps']} steps, reverses at least "
-                          f"{band:.0%} of 500 fresh held-out sequences exactly (your greedy decoding)", False,
+                          f"{band:.0%} of 500 fresh held-out sequences exactly (decoded by the course's greedy loop)", False,
                           (TASK, hidden), driver="reversal", rule=functools.partial(_judge, "accuracy", band, hidden)))
     return cases
 
