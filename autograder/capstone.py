@@ -260,8 +260,11 @@ def read_weights(data: bytes) -> dict[str, torch.Tensor]:
     if len(data) < 8:
         raise WeightsRejected("the weights file is not a safetensors file (too short)")
     size = int.from_bytes(data[:8], "little")
-    if size > MAX_HEADER_BYTES or 8 + size > len(data):
+    if size > MAX_HEADER_BYTES:
         raise WeightsRejected("the weights file is not a safetensors file (its header size is impossible)")
+    if 8 + size > len(data):
+        raise WeightsRejected(f"the weights file is truncated: it has {len(data):,} bytes, and its header alone "
+                              f"needs {8 + size:,} (was the export interrupted, or the upload cut short?)")
     try:
         header = json.loads(data[8:8 + size])
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -275,6 +278,11 @@ def read_weights(data: bytes) -> dict[str, torch.Tensor]:
     for name, entry in header.items():
         shape = entry.get("shape") if isinstance(entry, dict) else None
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] and offsets[1] > body):
+            raise WeightsRejected(f"the weights file is truncated: tensor {name[:80]!r} needs {offsets[1]:,} bytes "
+                                  f"after the header, and the file has {body:,} (was the export interrupted, or "
+                                  "the upload cut short?)")
         if (len(name) > 200 or not isinstance(shape, list) or len(shape) > 8
                 or not all(isinstance(d, int) and 0 <= d < 2**31 for d in shape)
                 or entry.get("dtype") not in WEIGHT_DTYPES or not isinstance(offsets, list) or len(offsets) != 2
@@ -297,11 +305,32 @@ def read_weights(data: bytes) -> dict[str, torch.Tensor]:
     return tensors
 
 
-@functools.cache
-def _course_fingerprint() -> frozenset[str]:
+COURSE_MODEL = "the course model's own (tfm_solution/assets/course_model)"
+PUBLISHED_WEIGHTS = "published_weights.json"
+"""Beside the course model's folder: the fingerprints of the other weights the repository publishes (the
+solution's Part B weights), by what the instructor's line calls them; ``scripts/capstone_multi30k.py`` writes
+it when it exports those weights (``write_published_fingerprint``), and a fast test holds it against them."""
+
+
+SOLUTION_WEIGHTS = "the solution's published weights (solutions/12_capstone/my_model)"
+
+
+def write_published_fingerprint(weights: Path) -> None:
+    """Record the fingerprint of the solution's Part B weights file ``weights`` in ``PUBLISHED_WEIGHTS``."""
     from tfm_solution.course_model import COURSE_MODEL_DIR
 
-    return _fingerprint(read_weights((COURSE_MODEL_DIR / "model.safetensors").read_bytes()))
+    digests = sorted(_fingerprint(read_weights(weights.read_bytes())))
+    (COURSE_MODEL_DIR.parent / PUBLISHED_WEIGHTS).write_text(json.dumps({SOLUTION_WEIGHTS: digests}, indent=1) + "\n")
+
+
+@functools.cache
+def published_fingerprints() -> dict[str, frozenset[str]]:
+    """Every set of weights the course publishes -> its fingerprint (``_fingerprint``)."""
+    from tfm_solution.course_model import COURSE_MODEL_DIR
+
+    found = {COURSE_MODEL: _fingerprint(read_weights((COURSE_MODEL_DIR / "model.safetensors").read_bytes()))}
+    listed = json.loads((COURSE_MODEL_DIR.parent / PUBLISHED_WEIGHTS).read_text())
+    return found | {name: frozenset(digests) for name, digests in listed.items()}
 
 
 def _fingerprint(tensors: dict[str, torch.Tensor]) -> frozenset[str]:
@@ -369,10 +398,11 @@ class CapstoneRun(ExerciseRun):
             return
         # Every tensor of the course model's file among them: an export of the student's model may add
         # buffers that file leaves out (the sinusoid tables, rebuilt on loading).
-        if _course_fingerprint() <= _fingerprint(weights):
-            self.notes.append("Part B: the weights you submitted are the course model's own "
-                              "(tfm_solution/assets/course_model), not weights you trained: your instructor sees "
-                              "this line")
+        submitted = _fingerprint(weights)
+        for name, fingerprint in published_fingerprints().items():
+            if fingerprint <= submitted:
+                self.notes.append(f"Part B: the weights you submitted are {name}, not weights you trained: your "
+                                  "instructor sees this line")
         names = list(weights)
         self.attached = ({"module": "weight_names", "names": names}, *(weights[n] for n in names), sources)
 

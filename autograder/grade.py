@@ -582,9 +582,9 @@ def _judge(exercise: Exercise, case: Case, name: str, weight: float, reference, 
         value_of(case, got)  # a record of the right shape, or ValueError
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return TestResult(name, 0.0, weight, "\n\n".join(lines + [f"the returned value could not be read: {exc}"]))
-    if case.rule is not None:  # a rule, not the reference, decides
+    if case.rule is not None:  # a rule, not the reference, decides: its verdict first, then what it was given
         passed, said = case.rule(got)
-        return TestResult(name, weight if passed else 0.0, weight, "\n\n".join(lines + said))
+        return TestResult(name, weight if passed else 0.0, weight, "\n\n".join([lines[0], *said, *lines[1:]]))
     if expected is None:
         expected = _record(exercise, reference, case, state, seed)
     found = judge(exercise, case, got, expected, seed)
@@ -615,6 +615,8 @@ def _shape(value) -> str:
         return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
     if isinstance(value, dict) and value.get("module") == "scale":
         return f"a dropout stand-in multiplying by {value.get('factor')}"
+    if isinstance(value, dict) and value.get("module") == "weight_names":
+        return f"your {len(value.get('names', []))} weight tensors"
     if isinstance(value, dict):  # a module description: the reference's sublayer, built with these arguments
         return f"{value.get('module')}(" + ", ".join(f"{k}={_shape(v)}" for k, v in value.items() if k != "module") + ")"
     if isinstance(value, tuple):

@@ -27,6 +27,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from autograder.capstone import write_published_fingerprint  # noqa: E402
 from autograder.course_code import run_course  # noqa: E402
 from tfm_solution.capstone import TranslationTask, train_multi30k, translate_part_b  # noqa: E402
 from tfm_solution.course_model import COURSE_MODEL_DIR  # noqa: E402
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         from tfm_solution.checkpoint import export_model
 
         export_model(args.export, trained.model, {"model": vars(task)}, tokenizer, torch.float16)
+        if args.export.resolve() == (REPO / "solutions" / "12_capstone" / "my_model").resolve():
+            write_published_fingerprint(args.export / "model.safetensors")
     options = {"--epochs": (args.epochs, 10), "--max-steps": (args.max_steps, None),
                "--sentences": (args.sentences, None), "--threads": (args.threads, 2)}
     command = "python scripts/capstone_multi30k.py" + "".join(

@@ -216,7 +216,9 @@ def _safetensors(header: dict, body: bytes) -> bytes:
     (_safetensors({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, bytes(8)), "do not match"),
     (_safetensors({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12)), "overlap"),
-    (_safetensors({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(4)), "malformed"),
+    (_safetensors({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(4)), "truncated"),
+    ((COURSE_MODEL_DIR / "model.safetensors").read_bytes()[:100_000], "truncated"),  # an export cut short
+    ((COURSE_MODEL_DIR / "model.safetensors").read_bytes()[:1000], "truncated"),  # within its header
 ])
 def test_a_bad_weights_file_is_refused_before_anything_reads_it(data, why):
     with pytest.raises(harness.WeightsRejected, match=why):
@@ -424,25 +426,29 @@ def test_part_b_gives_the_solution_full_marks_on_a_subset_and_tells_the_course_m
     sentences; were they the course model's, the instructor would be told (the rule itself: the fast test)."""
     monkeypatch.setenv(spec.SENTENCES_ENV, "60")
     harness.translation_data.cache_clear()
-    own = harness.read_weights((SOLUTIONS / "12_capstone" / "my_model" / "model.safetensors").read_bytes())
-    monkeypatch.setattr(harness, "_course_fingerprint", lambda: harness._fingerprint(own))
     report = grade_path(SOLUTIONS, chapter="12", only="ch12.translation")
     lines = _lines(report, "ch12.translation")
     assert report.exercise_score("ch12.translation") == 12, [t.output for t in lines.values()]
     assert "sacreBLEU" in lines["BLEU at least 28"].output and "60 sentences" in lines["BLEU at least 28"].output
-    assert "course model's own" in lines["ch12.translation notes"].output
+    # the repository publishes these weights: submitted as they are, they are told to the instructor
+    assert harness.SOLUTION_WEIGHTS in lines["ch12.translation notes"].output
 
 
 @pytest.mark.fast
-def test_weights_holding_every_tensor_of_the_course_model_are_told_and_the_solutions_own_are_not():
+def test_every_set_of_weights_the_repository_publishes_is_told_and_no_other():
+    """The course model's weights and the solution's Part B weights: each is recognised (renamed, with extra
+    buffers), neither is taken for the other, and one changed tensor is not recognised."""
+    published = harness.published_fingerprints()
     course = harness.read_weights((COURSE_MODEL_DIR / "model.safetensors").read_bytes())
     own = harness.read_weights((SOLUTIONS / "12_capstone" / "my_model" / "model.safetensors").read_bytes())
-    told = harness._course_fingerprint().__le__
-    # an export of a student's model adds the sinusoid tables, and names the tensors its own way
-    assert told(harness._fingerprint({f"renamed.{k}": v for k, v in course.items()} | {"pe": torch.rand(1, 8, 4)}))
-    assert not told(harness._fingerprint(own))
-    first = next(iter(course))
-    assert not told(harness._fingerprint(course | {first: course[first] + 1}))
+    assert set(published) == {harness.COURSE_MODEL, harness.SOLUTION_WEIGHTS}
+    for name, weights, other in ((harness.COURSE_MODEL, course, own), (harness.SOLUTION_WEIGHTS, own, course)):
+        told = published[name].__le__
+        # an export of a student's model adds the sinusoid tables, and names the tensors its own way
+        assert told(harness._fingerprint({f"renamed.{k}": v for k, v in weights.items()} | {"pe": torch.rand(1, 8, 4)}))
+        assert not told(harness._fingerprint(other))
+        first = next(iter(weights))
+        assert not told(harness._fingerprint(weights | {first: weights[first] + 1}))
 
 
 @pytest.mark.slow
