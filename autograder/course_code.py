@@ -226,7 +226,12 @@ def chapters_beside(capstone: Path) -> list[Notebook | Unreadable]:
     chapter, ``<course>/<chapter>/<notebook>`` next to ``<course>/12_capstone/``, as the notebook's own
     ``load_my_chapters`` and the graded cell find them. Only those exact paths are read (no search, no
     links), each within the grader's size cap."""
-    course = capstone.parent.parent
+    return chapter_notebooks(capstone.parent.parent)
+
+
+def chapter_notebooks(course: Path) -> list[Notebook | Unreadable]:
+    """The earlier chapters' notebooks at their exact places in ``course`` (``<course>/<chapter>/<notebook>``):
+    no search, no links, each within the grader's size cap; a crowded folder costs nothing."""
     found: list[Notebook | Unreadable] = []
     for chapter, notebook in dict.fromkeys((p.chapter, p.notebook) for p in PIECES):
         path = course / chapter / notebook
@@ -267,14 +272,19 @@ def gather(notebooks: list[Notebook | Unreadable], capstone: Notebook, exercise:
 def load_my_chapters(namespace: dict, folder: str | Path | None = None, quiet: bool = False) -> Gathered:
     """Run your answers of chapters 1-11 in ``namespace`` (pass ``globals()``), as if you had pasted them there.
 
-    The notebooks are read from ``folder`` (by default the folder above this notebook's, where
-    ``01_embeddings/``, ``02_positional_encoding/``, ... are). Prints where each piece came from
-    and what is missing; a piece whose cell fails to run is reported with its error.
+    The notebooks are read from ``folder``'s chapter folders (``01_embeddings/embeddings.ipynb``, ...), at
+    those exact places; by default from the folder above this notebook's (the course's layout), else from the
+    folder the notebook runs in (Colab's ``/content``, where the chapter folders are uploaded). Prints where
+    each piece came from and what is missing; a piece whose cell fails to run is reported with its error.
     """
-    root = Path(folder) if folder is not None else Path.cwd().parent
-    notebooks = [nb for nb in read_submission(root)
-                 if not isinstance(nb, Notebook) or not nb.name.startswith(CAPSTONE)] if root.is_dir() else []
+    candidates = [Path(folder)] if folder is not None else [Path.cwd().parent, Path.cwd()]
+    root = next((c for c in candidates if chapter_notebooks(c)), candidates[0])
+    notebooks = chapter_notebooks(root)
     found = gather_pieces(notebooks, None)
+    if not notebooks:
+        found.problems.append(f"no chapter folder was found in {' or '.join(str(c) for c in candidates)}: put your "
+                              "chapter folders (01_embeddings/, 02_positional_encoding/, ...) beside 12_capstone/ "
+                              "(on Colab: upload them to the folder this notebook runs in), or pass folder=")
     errors = []
     for chunk in found.chunks:  # as written: the student's own kernel, with their docstrings and line numbers
         try:

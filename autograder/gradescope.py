@@ -35,6 +35,7 @@ from autograder.sandbox import REPO_ROOT
 
 PACKAGES = ("autograder", "tfm_solution")
 # Instructors' nbgrader glue: it imports nbgrader, which Gradescope never runs.
+SHIPPED_DATA = (REPO_ROOT / "translations" / "zh" / "diagnoses.yml",)  # the grader's Chinese feedback
 NOT_SHIPPED = ("autograder/nbgrader_plugin.py", "autograder/report.py")  # instructors' tools, not grading
 PINNED = ("torch",)  # pinned exactly: the reference's numbers come from it
 # Needed without an import statement: torch's ``Tensor.numpy()`` (the wire format's bytes) needs NumPy.
@@ -85,8 +86,8 @@ def _key(name: str) -> str:
 
 
 def shipped_files() -> list[Path]:
-    """The package's Python files: the grader, and the modules of the reference it can load
-    (followed from the grader's imports, lazy ones included; the widgets never are)."""
+    """The package's files: the grader, the modules of the reference it can load (followed from the grader's
+    imports, lazy ones included; the widgets never are), and the grader's data (``SHIPPED_DATA``)."""
     grader = [p for p in sorted((REPO_ROOT / "autograder").rglob("*.py"))
               if str(p.relative_to(REPO_ROOT)) not in NOT_SHIPPED]
     seen: set[Path] = set()
@@ -98,7 +99,8 @@ def shipped_files() -> list[Path]:
         seen.add(path)
         for module in imported_modules(path):
             todo += _local_files(module)
-    return sorted(seen)
+    data = [p for p in SHIPPED_DATA if p.is_file()]
+    return sorted(seen) + data
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -137,7 +139,7 @@ def third_party(files: list[Path]) -> dict[str, set[str]]:
     """Distribution name -> the top-level modules of it that ``files`` import."""
     owners = metadata.packages_distributions()
     found: dict[str, set[str]] = {}
-    for path in files:
+    for path in (f for f in files if f.suffix == ".py"):
         for module in imported_modules(path):
             top = module.split(".")[0]
             if not top or top in PACKAGES or top in sys.stdlib_module_names or top == "__future__":

@@ -493,3 +493,28 @@ def test_nbgrader_grades_the_capstone_with_every_chapter_the_student_submitted(t
         "01_embeddings/embeddings.ipynb", "04_masks/masks.ipynb", f"12_capstone/{exercise.notebook}",
         "12_capstone/my_model/model.safetensors"]
     assert _submitted_folder(config, {"metadata": {"path": str(here)}}) is None  # outside autograde
+
+
+@pytest.mark.fast
+def test_my_chapters_load_from_a_crowded_folder_and_from_colabs_content(tmp_path, monkeypatch, capsys):
+    """The first cell read the whole folder above the notebook: on Colab (/content, whose parent is /) it refused
+    "more than 2000 files and folders". It now reads the chapters at their exact places: the course's layout
+    (chapter folders beside 12_capstone/), else the folder the notebook runs in (Colab's uploads)."""
+    from autograder.course_code import load_my_chapters
+
+    course = tmp_path / "course"
+    for chapter in {p.chapter for p in PIECES}:
+        shutil.copytree(SOLUTIONS / chapter, course / chapter, ignore=shutil.ignore_patterns("my_model"))
+    (course / "12_capstone").mkdir()
+    crowd = course / "downloads"
+    crowd.mkdir()
+    for n in range(2100):  # more than a submission may hold: none of it is read
+        (crowd / f"file{n}.txt").write_text("x")
+    monkeypatch.chdir(course / "12_capstone")
+    assert not load_my_chapters({}, quiet=True).problems
+    monkeypatch.chdir(course)  # Colab: the chapter folders uploaded into the folder the notebook runs in
+    assert not load_my_chapters({}, quiet=True).problems
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "elsewhere" / "deep")
+    found = load_my_chapters({}, quiet=True)
+    assert any("no chapter folder was found" in p for p in found.problems), found.problems
