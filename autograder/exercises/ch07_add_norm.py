@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
@@ -47,12 +49,23 @@ def layer_norm_cases(seed: int) -> list[Case]:
     ]
 
 
+_TRAIN_DROPOUT = 0.3
+"""The dropout of the training-mode cases, as the grader sets it where it derives them (``cases.TRAIN_DROPOUT``)."""
+
+_TRAIN_CHECKS = ("in training mode, with dropout 0.3 (the same fixed mask stands in for the random one in your "
+                 "module and in the reference): {form}, dropout applied once, to the sublayer's output, at the "
+                 "rate given to the constructor; the gradients reaching the input and every parameter are the "
+                 "reference's (nothing detached)")
+
+
 def sublayer_connection_cases(seed: int) -> list[Case]:
     """``SublayerConnection(size, dropout)`` (Pre-LN, the notes' call) around a stand-in sublayer that scales.
 
     The stand-in multiplies its input by a factor, so the answer is ``x + f * norm(x)`` (Pre-LN) or
-    ``norm(x + f * x)`` (Post-LN, ``norm_position="post"``, a string the wire carries); the
-    training-mode copies the grader adds check where dropout goes.
+    ``norm(x + f * x)`` (Post-LN, ``norm_position="post"``, a string the wire carries). The training-mode
+    cases are written here rather than derived (the grader would copy Pre-LN cases only): the first public
+    and the first hidden case of each form again, in training mode with dropout ``_TRAIN_DROPOUT``, so
+    that a dropout missing from either path loses points.
     """
     pub, gen = generators(seed)
 
@@ -60,7 +73,7 @@ def sublayer_connection_cases(seed: int) -> list[Case]:
         return {"module": "scale", "factor": float(torch.empty(1).uniform_(0.5, 3.0, generator=gen))}
 
     d_pre, d_64, d_neg, d_post = dim(gen, 6, 24), dim(gen, 8, 32), dim(gen, 6, 16), dim(gen, 6, 24)
-    return [
+    cases = [
         Case("Pre-LN, the notes' two-argument call", "x + sublayer(norm(x)); norm_position defaults to 'pre' "
              "(public)", True, (_features(pub, 2, 3, 8), {"module": "scale", "factor": 2.0}), construct=(8, 0.1)),
         Case("a random batch", "x + sublayer(norm(x)): the residual is x itself, the sublayer sees norm(x)", False,
@@ -75,6 +88,13 @@ def sublayer_connection_cases(seed: int) -> list[Case]:
         Case("Post-LN on a random batch", 'norm_position="post": the sublayer sees x itself, the norm comes last',
              False, (_features(gen, dim(gen, 1, 3), dim(gen, 3, 9), d_post), scale()), construct=(d_post, 0.2, "post")),
     ]
+    trained = [cases[0], cases[1], cases[4], cases[5]]  # the first public and first hidden case of each form
+    return cases + [dataclasses.replace(
+        case, title=f"{case.title}, in training mode",
+        checks=_TRAIN_CHECKS.format(form="Post-LN: norm(x + dropout(sublayer(x)))" if case.construct[2:] == ("post",)
+                                    else "Pre-LN: x + dropout(sublayer(norm(x)))")
+        + (" (public)" if case.public else ""),
+        construct=(case.construct[0], _TRAIN_DROPOUT, *case.construct[2:]), train=True) for case in trained]
 
 
 _layer_norm = variants('''
@@ -247,6 +267,8 @@ EXERCISES = (
         mutants={
             "post_ignored": Mutant("post_ignored", _sublayer(post="x + self.dropout(sublayer(self.norm(x)))")),
             "residual_added_in_place": Mutant("inputs", _sublayer(pre="x.add_(self.dropout(sublayer(self.norm(x))))")),
+            # dropout missing in the Post-LN path only: the Post-LN training-mode cases fail, named `no_dropout`
+            "no_dropout_post": Mutant("no_dropout", _sublayer(post="self.norm(x + sublayer(x))")),
         },
         mistakes={
             "post_when_pre": Mistake(
@@ -263,9 +285,12 @@ EXERCISES = (
             "dropout_on_residual": Mistake(
                 "dropout is applied to the sum, residual included; it belongs on the sublayer's output only",
                 _sublayer(pre="self.dropout(x + sublayer(self.norm(x)))")),
+            # dropout in neither form: on a training-mode case it is also what an answer missing dropout in that
+            # form alone computes, so this names either slip (the mutant `no_dropout_post`); a mistake missing it
+            # in the Post-LN form alone would pass the notebook's visible tests, which every declared mistake fails
             "no_dropout": Mistake(
                 "dropout is never applied: in training mode the sublayer's output goes through self.dropout",
-                _sublayer(pre="x + sublayer(self.norm(x))")),
+                _sublayer(pre="x + sublayer(self.norm(x))", post="self.norm(x + sublayer(x))")),
             "post_ignored": Mistake(
                 'norm_position="post" is ignored: the paper\'s Post-LN form is norm(x + dropout(sublayer(x))), '
                 "the norm after the residual sum",

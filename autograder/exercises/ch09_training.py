@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from autograder.exercises.shared import Case, Contract, Exercise, Mistake, Mutant, dim, generators, randn, variants
@@ -19,6 +21,14 @@ def _targets(gen: torch.Generator, n: int, size: int, pad: int, padded: int) -> 
     ids = ids + (ids >= pad).long()  # real labels never equal the padding id
     where = torch.randperm(n, generator=gen)[:padded]
     ids[where] = pad
+    return ids
+
+
+def _labelled_2(gen: torch.Generator, ids: torch.Tensor, pad: int, count: int) -> torch.Tensor:
+    """``ids`` with ``count`` of its real (not padding) labels, at random places, made class 2."""
+    real = (ids != pad).nonzero().flatten()
+    ids = ids.clone()
+    ids[real[torch.randperm(len(real), generator=gen)[:count]]] = 2
     return ids
 
 
@@ -50,6 +60,32 @@ def label_smoothing_cases(seed: int) -> list[Case]:
     cases.append(Case("a large vocabulary", "hundreds of classes share ε; dozens of positions are summed", False,
                       (_log_probs(gen, n, size, scale=3.0), _targets(gen, n, size, 2, dim(gen, 5, 15))),
                       construct=(size, 2, 0.1), **_KL_TOL))
+    # Padding ids other than 2, where class 2 is an ordinary label: a padding column hard-coded as 2 scores
+    # nothing here. Each case comes twice, the second time comparing `true_dist` too (as the contract's attribute
+    # copies do: a case that reads attributes builds nothing for the structure line, so the first one does).
+    more = [Case("padding 0, class 2 a real label", "size 7, padding id 0, smoothing 0.3: column 0 and the row "
+                 "labelled 0 are zero; class 2 is an ordinary class, the label of two rows, ε's share in the others "
+                 "(public)", True, (_log_probs(pub, 6, 7), torch.tensor([2, 0, 5, 2, 1, 6])), construct=(7, 0, 0.3),
+                 **_KL_TOL)]
+    size, n = dim(gen, 6, 20), dim(gen, 8, 16)
+    pad = dim(gen, 0, size - 2)
+    pad += int(pad >= 2)  # any padding id but 2
+    more.append(Case("another padding id, class 2 labelled", "padding_idx is not 2: column 2 holds ε's share, rows "
+                     "labelled 2 put 1 - ε on it", False,
+                     (_log_probs(gen, n, size), _labelled_2(gen, _targets(gen, n, size, pad, 2), pad, 3)),
+                     construct=(size, pad, 0.2), **_KL_TOL))
+    size, n = dim(gen, 6, 20), dim(gen, 4, 12)
+    pad = dim(gen, 0, size - 2)
+    pad += int(pad >= 2)
+    more.append(Case("no smoothing, another padding id", "smoothing 0, padding_idx not 2, no padded row: the summed "
+                     "negative log-likelihood of every label, class 2 included", False,
+                     (_log_probs(gen, n, size), _labelled_2(gen, _targets(gen, n, size, pad, 0), pad, 2)),
+                     construct=(size, pad, 0.0), **_KL_TOL))
+    for case in more:
+        cases += [case, dataclasses.replace(
+            case, title=f"{case.title}, its attributes", keep=("true_dist",),
+            checks=case.checks.removesuffix(" (public)") + "; after the call the module's `true_dist` is the "
+            "reference's" + (" (public)" if case.public else ""))]
     return cases
 
 
@@ -331,6 +367,13 @@ EXERCISES = (
                 "this is the cross-entropy against the smoothed target, -sum q log p; the KL divergence also "
                 "subtracts the target's entropy: sum q (log q - log p)",
                 _label_smoothing(loss="-(true_dist * x).sum()")),
+            # 2 for the rows too, which the visible tests catch (padding id 0); on the no-smoothing case with no
+            # padded row it computes what a column 2 zeroed besides (or instead of) padding_idx's does: named there
+            "padding_hard_coded_as_2": Mistake(
+                "the padding is hard-coded as 2 (its column, and perhaps its rows): use self.padding_idx; when "
+                "padding_idx is not 2, class 2 is an ordinary label that keeps 1 - smoothing where it is the label "
+                "and smoothing / (size - 2) elsewhere",
+                _label_smoothing(pad_column="true_dist[:, 2] = 0", pad_rows="true_dist[target == 2] = 0")),
         },
         time_budget_s=2.0,
     ),
