@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from autograder import worker as wire
+from autograder.sandboxed import wire
 from autograder.course_code import CAPSTONE, chapters_beside, gather
 from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH
 from autograder.exercises import ch12_capstone as spec
@@ -539,7 +539,7 @@ class CapstoneRun(ExerciseRun):
 
 
 _RAISED_IN = re.compile(r"raised in chunk (\d+), line (\d+)")
-"""Where the worker says an error of the student's code was raised (``worker._located``)."""
+"""Where the worker says an error of the student's code was raised (``sandboxed.drivers._located``)."""
 
 _MODULE_OF_ITS_OWN = "import sys as _sys, types as _types\n_sys.modules.setdefault(__name__, _types.ModuleType(__name__))\n"
 """The provided code's module name gets an (empty) module: dataclasses look their module up while being defined."""

@@ -13,7 +13,7 @@ What every module exercise gets on top, from here rather than from each chapter:
   and to each of the reference's parameters: a forward that detaches something, runs under
   ``no_grad`` or freezes a weight fails here. With ``Exercise.has_dropout`` the constructor's
   ``dropout`` is ``TRAIN_DROPOUT``, and every dropout call, be it ``nn.Dropout`` or
-  ``F.dropout``, is ``worker.FixedDropout`` on both sides, so the reference and a right answer
+  ``F.dropout``, is ``sandboxed.procedure.FixedDropout`` on both sides, so the reference and a right answer
   drop the same entries, while a missing, doubled or misplaced dropout, or one that ignores its
   ``p``, changes the output. A chapter that writes its own ``Case(..., train=True)`` cases gets
   none added (their ``gradients`` are filled in here);
@@ -26,7 +26,7 @@ And every exercise, from its ``Contract`` (``autograder.exercises.shared``):
 
 * on every case that calls the answer, the arguments after the call must be bitwise what was sent,
   and torch's, Python's and NumPy's generators must be in the state the case's seed gives them,
-  unless the contract lets the call draw (``watched``, ``worker.answer``);
+  unless the contract lets the call draw (``watched``, ``sandboxed.procedure.answer``);
 * float64 copies of the first public and the first full-precision hidden case, where the dtype is
   kept and no case is float64 yet (a module is converted with ``.double()``);
 * for a function whose results carry gradients, copies of its first public and first
@@ -47,7 +47,7 @@ import torch
 
 from autograder.exercises.shared import Case, resolve
 from autograder.registry import REGISTRY, Exercise
-from autograder.worker import MAX_BUILDS, build_module_arg, walk_module
+from autograder.sandboxed.procedure import MAX_BUILDS, build_module_arg, walk_module
 
 TRAIN_DROPOUT = 0.3
 """Dropout of the training-mode cases: neither PyTorch's default 0.5 nor the notes' usual 0.1."""
@@ -91,7 +91,7 @@ def watched(case: Case) -> bool:
 
 def case_request(exercise: Exercise | None, case: Case, seed: int) -> dict:
     """What a request for ``case`` carries besides its arguments and weights, the same for the worker and for
-    the harness's own run of the reference (``worker.answer``). ``exercise`` (``None``: none of the contract's
+    the harness's own run of the reference (``sandboxed.procedure.answer``). ``exercise`` (``None``: none of the contract's
     checks) gives the initial values a structure case reads (``initial_names``)."""
     request = {"seed": seed, "attributes": list(case.attributes), "train": case.train, "structure": case.structure,
                "gradients": list(case.gradients) if case.train else None, "method": case.method,
@@ -131,7 +131,7 @@ def reference_classes() -> dict:
 
 
 def built(value):
-    """``value`` with every module description in it built from the reference (``worker.build_module_arg``)."""
+    """``value`` with every module description in it built from the reference (``sandboxed.procedure.build_module_arg``)."""
     return build_module_arg(value, reference_classes())
 
 
@@ -180,7 +180,7 @@ def float64_cases(exercise: Exercise, cases: list[Case]) -> list[Case]:
 
 def gradient_cases(exercise: Exercise, cases: list[Case]) -> list[Case]:
     """For a function whose contract names arguments that gradients must reach: copies of the first public
-    and the first full-precision hidden case, run with autograd (``worker.run_graded``)."""
+    and the first full-precision hidden case, run with autograd (``sandboxed.procedure.run_graded``)."""
     wanted = exercise.contract.gradients
     if not wanted or exercise.kind != "function":
         return []

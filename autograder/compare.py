@@ -1,6 +1,6 @@
 """Comparing a returned value with the expected one, in the harness, on plain data only.
 
-The returned value was rebuilt from bytes (see ``worker.unpack_value``): plain tensors,
+The returned value was rebuilt from bytes (see ``sandboxed.wire.unpack_value``): plain tensors,
 numbers, tuples. Shapes and dtypes are checked explicitly, NaN never equals anything (not
 even NaN), and the report says what a student can act on: shapes, dtypes, the largest
 absolute and relative error, and the first index that differs. It never shows values.
@@ -16,7 +16,8 @@ import torch
 
 from autograder import feedback
 from autograder.exercises.shared import CHECKS
-from autograder.worker import MAX_BUILDS, MAX_NAME_CHARS, MAX_STRUCTURE_ENTRIES, Unsupported, generator_states
+from autograder.sandboxed.procedure import MAX_BUILDS, MAX_NAME_CHARS, MAX_STRUCTURE_ENTRIES, generator_states
+from autograder.sandboxed.wire import Unsupported
 
 
 @dataclass
@@ -132,7 +133,7 @@ def _compare_scalar(got, expected, where: str) -> Verdict:
 
 
 def parse_structures(tree) -> list[dict]:
-    """The worker's ``{"builds": [...]}``: one structure description per build (``worker.describe_structure``).
+    """The worker's ``{"builds": [...]}``: one structure description per build (``sandboxed.procedure.describe_structure``).
 
     Raises ``ValueError`` unless each is exactly the expected JSON shape: it is untrusted data.
     """
@@ -278,7 +279,7 @@ _XAVIER_LINES = (
 
 
 def compare_xavier(got, expected) -> Verdict:
-    """The initialization of the matrices a model was built with (``worker.xavier_draws``: the matrices,
+    """The initialization of the matrices a model was built with (``sandboxed.procedure.xavier_draws``: the matrices,
     and whether a build from another seed gave the same ones), judged by ``xavier_counts`` (``expected``,
     the reference's, fixes what the counts must be: none fails) and by where the draws came from."""
     if not (isinstance(expected, tuple) and len(expected) == 2):
@@ -302,7 +303,7 @@ def compare_xavier(got, expected) -> Verdict:
 
 
 def compare_initial(got, expected, names: list[list[str]]) -> Verdict:
-    """The tensors the text fixes, as built (``worker.initial_values``: per build, chunks of tensors in the
+    """The tensors the text fixes, as built (``sandboxed.procedure.initial_values``: per build, chunks of tensors in the
     order of ``names``), against the reference's; each name reported once."""
     def flat(per_build) -> list[list]:
         if not isinstance(per_build, tuple) or len(per_build) != len(names):
@@ -338,7 +339,7 @@ INIT_RTOL, INIT_ATOL = 1e-4, 1e-3
 
 def split_record(value, keep: int) -> tuple:
     """A watched case's value, ``(answer, (arguments after the call, generator states, attributes))``
-    (``worker.answer``), checked for its shape: ``ValueError`` unless well formed (it is untrusted data)."""
+    (``sandboxed.procedure.answer``), checked for its shape: ``ValueError`` unless well formed (it is untrusted data)."""
     if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], tuple) and len(value[1]) == 3):
         raise ValueError("malformed call record")
     after, states, kept = value[1]
@@ -386,7 +387,7 @@ def changed_inputs(sent: tuple, after: tuple, names: list[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=64)
 def seeded_states(seed: int) -> tuple:
-    """The states of torch's, Python's and NumPy's generators seeded with ``seed`` (``worker.Generators``)."""
+    """The states of torch's, Python's and NumPy's generators seeded with ``seed`` (``sandboxed.procedure.Generators``)."""
     import random
 
     import numpy

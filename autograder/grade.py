@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from autograder import worker as wire
+from autograder.sandboxed import procedure, wire
 from autograder.cases import built, case_points, case_request, graded_cases, reference_classes, watched
 from autograder.checks import run_checks
 from autograder.compare import (Verdict, changed_inputs, compare, compare_attributes, compare_initial, compare_nucleus,
@@ -39,7 +39,7 @@ from autograder.registry import REGISTRY, Exercise
 from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, SandboxFailed, Worker, WorkerDied, fork_server, isolation, kill_all
 
-BLOCKED_PACKAGES = ("tfm_solution", "autograder")
+BLOCKED_PACKAGES = ("tfm_solution", "autograder", "sandboxed")  # the worker imports its own program as `sandboxed`
 LONG_ERROR = 600
 """An error longer than this (characters) is given whole once per exercise (``ExerciseRun._error``)."""
 
@@ -92,7 +92,7 @@ def call_seed(seed: int, number: int) -> int:
 
 
 def mark_key(seed: int) -> int:
-    """The key of the marks a marked case's convolutions add (``worker.marks``): from the call's ``seed`` and
+    """The key of the marks a marked case's convolutions add (``sandboxed.procedure.marks``): from the call's ``seed`` and
     the salt, so an answer that knows the seed (torch's generator is seeded with it) cannot work the marks out."""
     return int(hashlib.sha256(f"{_salt()}|{seed}|marks".encode()).hexdigest()[:12], 16)
 
@@ -156,7 +156,7 @@ def _reference_state(reference, case: Case, seed: int) -> dict[str, torch.Tensor
 def _record(exercise: Exercise | None, fn, case: Case, state: dict | None = None, seed: int = 0, *,
             watch: bool = True):
     """What ``fn`` (a function, or a module class given the weights ``state``) answers on the case, computed
-    as the worker computes it (``worker.answer``, from the same request, ``cases.case_request``): every
+    as the worker computes it (``sandboxed.procedure.answer``, from the same request, ``cases.case_request``): every
     dropout call is ``FixedDropout`` reset to ``seed``; a structure case gives ``(structures, initial values)``;
     a watched case ``(answer, (arguments after the call, generator states, attributes))``."""
     request = case_request(exercise, case, seed)
@@ -166,8 +166,8 @@ def _record(exercise: Exercise | None, fn, case: Case, state: dict | None = None
     torch.default_generator.manual_seed(seed)  # as the worker does before building the arguments
     args, kwargs = _local_args(case)
     construct = None if case.construct is None else list(built(case.construct))
-    with wire.FixedDropout(seed):
-        result, structures, _ = wire.answer(fn, request, list(args), kwargs, construct, state, reference_classes())
+    with procedure.FixedDropout(seed):
+        result, structures, _ = procedure.answer(fn, request, list(args), kwargs, construct, state, reference_classes())
     return _plain(result) if structures is None else (structures, _plain(result))
 
 

@@ -18,7 +18,7 @@ import ast
 from autograder.feedback import code
 
 # Modules whose whole purpose here would be to look inside the running interpreter.
-MODULES = ("__main__", "builtins", "ctypes", "dis", "gc", "importlib", "inspect", "marshal", "traceback")
+MODULES = ("__main__", "builtins", "ctypes", "dis", "gc", "importlib", "inspect", "marshal", "sandboxed", "traceback")
 # Parts of those modules that only read packaged files.
 HARMLESS = ("importlib.metadata", "importlib.resources")
 # Names that run or look up code from data, or hand out a namespace.

@@ -1,6 +1,6 @@
 """Starting, talking to and killing grading workers (the harness side of the boundary).
 
-Workers are forked by one fork server per harness process (``worker.fork_server``: a
+Workers are forked by one fork server per harness process (``sandboxed.__main__.fork_server``: a
 ``python -I -S -u -B`` with an allow-listed environment that imports torch once, so a worker costs
 milliseconds, not seconds). Where the operating system allows it, bubblewrap starts that server
 in a view of the file system that is an allowlist (``view_argv``): an empty root holding, read-only,
@@ -24,6 +24,8 @@ so first; a step that failed fails the exercise closed, as an autograder error.
 from __future__ import annotations
 
 import atexit
+import functools
+import io
 import json
 import os
 import re
@@ -39,15 +41,16 @@ import tempfile
 import threading
 import time
 import weakref
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import worker as wire
 from autograder.feedback import code
+from autograder.sandboxed import wire
 
-WORKER_SCRIPT = Path(wire.__file__).resolve()
-REPO_ROOT = WORKER_SCRIPT.parent.parent
+SANDBOXED = Path(wire.__file__).resolve().parent  # the worker's whole program (``autograder.sandboxed``)
+REPO_ROOT = SANDBOXED.parent.parent
 OUTPUT_CAP = 16 * 1024  # characters of a worker's stdout/stderr kept for the feedback
 MAX_HEADER_BYTES = 1 << 20  # a reply's JSON header
 MAX_LEAVES = 256  # values (tensors, numbers, ...) in one reply
@@ -103,7 +106,7 @@ class _Malformed(Exception):
 
 
 class _ForkServer:
-    """The process that imports torch once and forks every worker (see ``worker.fork_server``).
+    """The process that imports torch once and forks every worker (see ``sandboxed.__main__.fork_server``).
 
     It starts inside the view (``view_argv``) when bubblewrap can build one, so every worker it
     forks inherits that file system; otherwise it starts as a plain process and ``why_plain`` says
@@ -130,25 +133,24 @@ class _ForkServer:
     def _start(self, view: str | None) -> None:
         """Start the server (inside bubblewrap's view when ``view`` names its binary) and read its hello."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        script = os.memfd_create("worker.py") if view else -1
+        script = os.memfd_create("sandboxed.pyz")
         errors = tempfile.TemporaryFile()  # bubblewrap's complaint, if it cannot build the view
         try:
+            os.write(script, worker_program())
+            os.lseek(script, 0, os.SEEK_SET)
             if view:
-                os.write(script, WORKER_SCRIPT.read_bytes())
-                os.lseek(script, 0, os.SEEK_SET)
                 argv = view_argv(view, script, self.shown) + [sys.executable, "-I", "-S", "-u", "-B", VIEW_SCRIPT]
             else:
-                argv = [sys.executable, "-I", "-S", "-u", "-B", str(WORKER_SCRIPT)]
+                argv = [sys.executable, "-I", "-S", "-u", "-B", f"/proc/self/fd/{script}"]
             # Started from a thread that lives as long as this process: bubblewrap's --die-with-parent
             # (PR_SET_PDEATHSIG) fires when the *thread* that started it ends, not the process.
             self.proc = _LAUNCHER.submit(
                 subprocess.Popen, [*argv, str(theirs.fileno())],
-                pass_fds=[fd for fd in (theirs.fileno(), script) if fd >= 0], stdin=subprocess.DEVNULL,
+                pass_fds=[theirs.fileno(), script], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=errors, env=_ENV, cwd="/", start_new_session=True).result()
         finally:
             theirs.close()
-            if script >= 0:
-                os.close(script)
+            os.close(script)
         ours.settimeout(300)  # importing torch, on a busy machine
         # RESERVE_ENV reserves untouched address space in the server, as the CUDA build of torch
         # does: how the tests check that the memory limit measures the submission only.
@@ -212,6 +214,19 @@ _WEAKER: set[str] = set()
 # How the last worker's memory was limited (its own address space after the imports, the budget).
 _MEMORY: dict = {}
 RESERVE_ENV = "AUTOGRADER_RESERVE_MB"
+
+
+@functools.cache
+def worker_program() -> bytes:
+    """The worker's whole program as a zip Python runs directly: the package ``autograder.sandboxed`` (its
+    ``.py`` files, as ``sandboxed/``) and a ``__main__.py`` that starts its fork server."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted(SANDBOXED.glob("*.py")):
+            archive.writestr(f"sandboxed/{path.name}", path.read_bytes())
+        archive.writestr("__main__.py", "import sys\nfrom sandboxed.__main__ import fork_server\n\n"
+                                        "fork_server(int(sys.argv[1]))\n")
+    return buffer.getvalue()
 
 
 def fork_server(stale: _ForkServer | None = None) -> _ForkServer:
@@ -295,7 +310,7 @@ def _private_ancestors() -> dict[str, list[str]]:
 # ----------------------------------------------------------------------------- the worker's file system
 # An allowlist: what bubblewrap binds into an empty root, read-only, and nothing else exists.
 
-VIEW_SCRIPT = "/grader/worker.py"  # the fork server's own code, in the view (a copy: no host path shows)
+VIEW_SCRIPT = "/grader/sandboxed.pyz"  # the worker's program, in the view (a copy: no host path shows)
 VIEW_WRITABLE = ("/tmp", "/dev/shm")  # the only writable folders: each worker gets them private and empty
 # Prefixes the whole system shares: the interpreter's files are bound from them, never all of them.
 _SHARED_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}
@@ -596,7 +611,7 @@ class Worker:
     """One worker process, loaded with one exercise's code.
 
     ``setup`` is the first frame: the code chunks to run, the name to grade, the
-    prerequisites, the blocked packages (see ``worker.serve``); ``buffers`` its raw parts.
+    prerequisites, the blocked packages (see ``sandboxed.__main__.serve``); ``buffers`` its raw parts.
     """
 
     setup: dict
@@ -773,9 +788,9 @@ class Worker:
         """One frame, within ``budget``: its header validated before its body is allocated. Any
         breach kills the worker."""
         try:
-            size = bytearray(wire._LEN.size)
+            size = bytearray(wire.LENGTH.size)
             self._fill(memoryview(size), budget)
-            (n,) = wire._LEN.unpack(size)
+            (n,) = wire.LENGTH.unpack(size)
             if n > MAX_HEADER_BYTES:
                 raise _Malformed("header too large")
             raw = bytearray(n)

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 import torch
 
-from autograder import worker as wire
+from autograder.sandboxed import procedure, wire
 from autograder.cases import CASES, built, case_points, graded_cases
 from autograder.compare import compare
 from autograder.extract import (MAX_ZIP_MEMBERS, Notebook, SubmissionError, Unreadable, extract, parse_notebook,
@@ -343,18 +343,18 @@ def test_fixed_dropout_keeps_each_entry_with_probability_1_minus_p_and_scales_it
     stands in for nn.Dropout, F.dropout and torch.dropout inside ``with``, and is undone after."""
     x = torch.rand(200, 300) + 1.0  # no zeros, so a zero means "dropped"
     original = torch.nn.functional.dropout
-    with wire.FixedDropout(seed=5):
+    with procedure.FixedDropout(seed=5):
         y = torch.nn.Dropout(0.3)(x)
         again = torch.nn.functional.dropout(x, 0.3)  # second call: another mask
         off = torch.nn.functional.dropout(x, 0.3, training=False)
-    with wire.FixedDropout(seed=5):
+    with procedure.FixedDropout(seed=5):
         replay = torch.dropout(x, 0.3, True)
     assert torch.nn.functional.dropout is original
     kept = y != 0
     assert abs(kept.float().mean().item() - 0.7) < 0.01
     torch.testing.assert_close(y[kept], x[kept] / 0.7)
     assert torch.equal(replay, y) and not torch.equal(again, y) and off is x
-    with wire.FixedDropout(seed=6):
+    with procedure.FixedDropout(seed=6):
         assert not torch.equal(torch.nn.functional.dropout(x, 0.3), y)  # the seed draws the mask
         assert torch.equal(torch.nn.functional.dropout(x.double(), 1.0), torch.zeros_like(x.double()))
         with pytest.raises(ValueError, match="between 0 and 1"):
@@ -497,7 +497,7 @@ def test_every_module_exercise_gets_structure_and_training_mode_cases():
         assert exercise.has_dropout == (takes_dropout and any(isinstance(m, torch.nn.Dropout)
                                                               for m in module.modules())), exercise.id
         assert sum(c.structure for c in cases) == 1 and cases[-1].structure
-        assert [repr(a) for a in cases[-1].args] == list(dict.fromkeys(repr(c) for c in constructs))[:wire.MAX_BUILDS]
+        assert [repr(a) for a in cases[-1].args] == list(dict.fromkeys(repr(c) for c in constructs))[:procedure.MAX_BUILDS]
         train = [c for c in cases if c.train]
         assert train and all(c.title.endswith("in training mode") for c in train)
         assert all(c.gradients == tuple(n for n, _ in reference(*built(c.construct)).named_parameters())
@@ -543,17 +543,17 @@ def test_module_descriptions_are_built_alike_on_both_sides_and_only_from_known_n
     assert isinstance(layer.self_attn, MultiHeadedAttention) and (layer.self_attn.h, layer.src_attn.h) == (2, 4)
     assert layer.src_attn.dropout.p == 0.2 and layer.feed_forward.w_1.weight.shape == (16, 8)
     worker_side = {"MultiHeadedAttention": MultiHeadedAttention}
-    assert isinstance(wire.build_module_arg(description["self_attn"], worker_side), MultiHeadedAttention)
+    assert isinstance(procedure.build_module_arg(description["self_attn"], worker_side), MultiHeadedAttention)
     with pytest.raises(ValueError, match="unknown module argument 'PositionwiseFeedForward'"):
-        wire.build_module_arg(description["feed_forward"], worker_side)
+        procedure.build_module_arg(description["feed_forward"], worker_side)
     with pytest.raises(ValueError, match="unknown module argument"):
-        wire.build_module_arg({"module": "eval", "source": "1"}, {})
+        procedure.build_module_arg({"module": "eval", "source": "1"}, {})
     deep: dict = {"module": "PositionwiseFeedForward", "d_model": 4, "d_ff": 4}
-    for _ in range(wire.MAX_DESCRIPTION_DEPTH + 1):
+    for _ in range(procedure.MAX_DESCRIPTION_DEPTH + 1):
         deep = {"module": "PositionwiseFeedForward", "d_model": deep, "d_ff": 4}
     with pytest.raises(ValueError, match="too deep"):
-        wire.build_module_arg(deep, {"PositionwiseFeedForward": PositionwiseFeedForward})
-    assert wire.build_module_arg(({"module": "scale", "factor": 2.0},))[0](torch.ones(2)).tolist() == [2.0, 2.0]
+        procedure.build_module_arg(deep, {"PositionwiseFeedForward": PositionwiseFeedForward})
+    assert procedure.build_module_arg(({"module": "scale", "factor": 2.0},))[0](torch.ones(2)).tolist() == [2.0, 2.0]
 
 
 def test_xavier_counts_accept_xavier_uniform_and_name_every_other_initialization():

@@ -137,7 +137,7 @@ def test_visible_tests_pass_on_the_reference_and_fail_on_every_declared_mistake(
 @pytest.mark.fast
 def test_a_class_exercise_answers_with_the_attributes_its_case_names():
     """The wire carries 0-dim tensors (``ntokens``), and a case's ``attributes`` turn an instance into data."""
-    from autograder import worker as wire
+    from autograder.sandboxed import wire
     from autograder.cases import CASES
     from autograder.grade import _expected
 

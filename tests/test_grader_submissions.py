@@ -222,7 +222,7 @@ def test_gradescope_package(tmp_path):
     path = build("3", tmp_path / "gs.zip", wheels)
     with zipfile.ZipFile(path) as archive:
         names = set(archive.namelist())
-        assert {"setup.sh", "run_autograder", "requirements-grader.txt", "autograder/worker.py",
+        assert {"setup.sh", "run_autograder", "requirements-grader.txt", "autograder/sandboxed/__main__.py",
                 "tfm_solution/attention.py", "wheels/torch-2.13.0-cp311-none-linux_x86_64.whl"} <= names
         assert not any(n.startswith(("tests/", "solutions/")) for n in names)
         pins = archive.read("requirements-grader.txt").decode().split()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import worker as wire
+from autograder.sandboxed import procedure, wire
 from autograder.cases import graded_cases, initial_names
 from autograder.compare import compare
 from autograder.contract import START, clauses, marked, markdown, statement_index, visible_cells
@@ -266,22 +266,22 @@ def test_the_module_walk_lists_what_pytorch_lists_and_ignores_what_a_module_says
     tied.a, tied.b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
     tied.b.weight = tied.a.weight
     for module in (plain, tied, make_model(7, 9, N=1, d_model=8, d_ff=16, h=2)):
-        found = wire.walk_module(module)
+        found = procedure.walk_module(module)
         assert [n for n, _ in found["parameters"]] == [n for n, _ in module.named_parameters()]
         assert [n for n, _ in found["buffers"]] == [n for n, _ in module.named_buffers()]
         assert [n for n, _ in found["state_dict"]] == list(module.state_dict())
         assert all(t is dict(module.named_parameters())[n] for n, t in found["parameters"])
     liar = _Liar()
-    described = wire.describe_structure(liar)
+    described = procedure.describe_structure(liar)
     assert [n for n, _, _ in described["parameters"]] == ["kept.weight", "kept.bias", "hidden.weight", "hidden.bias"]
     assert [k for k, _ in described["state_dict"]] == ["kept.weight", "kept.bias", "hidden.weight", "hidden.bias"]
-    assert [tuple(m.shape) for m in wire.matrices(liar)] == [(2, 3), (2, 2)]
-    assert torch.equal(wire.matrices(liar)[0], liar.kept.weight)
+    assert [tuple(m.shape) for m in procedure.matrices(liar)] == [(2, 3), (2, 2)]
+    assert torch.equal(procedure.matrices(liar)[0], liar.kept.weight)
     loop = torch.nn.Module()
     loop.me = torch.nn.Linear(1, 1)
     object.__getattribute__(loop, "__dict__")["_modules"]["again"] = loop
     with pytest.raises(ValueError, match="nested too deep"):
-        wire.walk_module(loop)
+        procedure.walk_module(loop)
 
 
 @pytest.mark.fast
@@ -332,9 +332,9 @@ def test_generators_are_seeded_watched_and_put_back():
     random.seed(3)
     np.random.seed(3)
     before = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
-    with wire.Generators(17) as quiet:
+    with procedure.Generators(17) as quiet:
         pass
-    with wire.Generators(17) as noisy:
+    with procedure.Generators(17) as noisy:
         torch.rand(1)
         random.random()
     assert moved_generators(quiet.after, 17) == []

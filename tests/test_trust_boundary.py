@@ -561,3 +561,30 @@ def test_the_capstone_judges_the_students_model_not_the_students_decoder(tmp_pat
     accuracy = [t for t in report.tests if "exact match" in t.name]
     assert accuracy and all(t.score == 0 for t in accuracy), [(t.name, t.score) for t in report.tests]
     assert "trained 0 of 400 optimizer steps" in accuracy[0].output, accuracy[0].output
+
+
+def test_the_code_that_runs_in_the_sandbox_imports_nothing_of_the_grader():
+    """``autograder.sandboxed`` is the worker's whole program: the standard library, torch and numpy, and its own
+    modules by relative import; nothing of the grader, the reference or any other package."""
+    import ast
+    import sys
+
+    folder = REPO_ROOT / "autograder" / "sandboxed"
+    allowed = set(sys.stdlib_module_names) | {"torch", "numpy", "__future__"}
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [] if node.level else [node.module or ""]
+            else:
+                continue
+            bad = [n for n in names if n.split(".")[0] not in allowed]
+            assert not bad, f"{path.name} imports {bad}"
+    from autograder.sandbox import worker_program
+
+    import io
+    import zipfile
+
+    shipped = set(zipfile.ZipFile(io.BytesIO(worker_program())).namelist())
+    assert shipped == {"__main__.py", *(f"sandboxed/{p.name}" for p in folder.glob("*.py"))}

@@ -46,7 +46,7 @@ module exercises (``kind="module"``) get more, from the shared machinery (``auto
       run in ``train()`` mode with autograd on; the output and the gradients reaching the inputs
       and every parameter of the reference are compared. With ``has_dropout`` the constructor's
       ``dropout`` is set to ``cases.TRAIN_DROPOUT`` and every dropout call is one fixed stand-in
-      (``worker.FixedDropout``), on the student's side and the reference's alike. It stands in
+      (``sandboxed.procedure.FixedDropout``), on the student's side and the reference's alike. It stands in
       for ``torch.nn.functional.dropout`` itself, so ``nn.Dropout`` and a functional
       ``F.dropout(x, p, self.training)`` are graded the same; a functional call that omits
       ``training=self.training`` drops out in eval mode and fails the eval-mode cases. Dropout

@@ -28,8 +28,8 @@ class Case:
     ``nn.Module`` exercise, ``construct`` holds the constructor's arguments: the student's
     module is built with them, gets the reference's weights, and is called in eval mode, or
     in training mode when ``train`` is set: every dropout is then the same fixed stand-in on
-    both sides (``worker.FixedDropout``), and the gradients reaching the floating-point inputs
-    and the parameters named in ``gradients`` are compared too (``worker.run_graded``). A
+    both sides (``sandboxed.procedure.FixedDropout``), and the gradients reaching the floating-point inputs
+    and the parameters named in ``gradients`` are compared too (``sandboxed.procedure.run_graded``). A
     ``structure`` case calls nothing: its ``args`` are constructor argument tuples, and the
     module's parameters, buffers and ``state_dict`` as built with each are compared. For a
     plain class exercise, ``attributes`` names the instance attributes that are compared: the
@@ -46,13 +46,13 @@ class Case:
     function's arguments; the module it returns is treated as a module exercise's, and ``method``
     names what is called on it (``"decode"``, ``"generator"``; ``None``: the module itself). A
     ``measure`` case loads no weights and calls nothing: the object as built is turned into data
-    in the worker (``worker.MEASURES``) and judged in the harness (``"xavier"``: the matrices'
+    in the worker (``sandboxed.procedure.MEASURES``) and judged in the harness (``"xavier"``: the matrices'
     initialization, ``compare.compare_xavier``).
 
     A ``driver`` case does not call the answer on ``args``: a fixed procedure of the worker
-    (``worker.DRIVERS``) builds what ``args`` describe and calls the answer inside it, the same
+    (``sandboxed.drivers.DRIVERS``) builds what ``args`` describe and calls the answer inside it, the same
     procedure running the reference in the harness (``"accumulation"``: a training run of chapter 9's
-    ``train_with_accumulation`` on a tiny model, ``worker.train_accumulated``).
+    ``train_with_accumulation`` on a tiny model, ``sandboxed.drivers.train_accumulated``).
 
     A case with a ``rule`` is judged by that rule instead of against the reference (which is then
     never computed): ``rule(returned value) -> (passed, lines for the student)``. Chapter 12 judges its
@@ -60,7 +60,7 @@ class Case:
 
     ``marked`` names torch functions the text says the answer computes with (``"conv1d"``): on this case
     each call of one adds a fixed mark to its result, in the worker and in the harness alike
-    (``worker.MARKS``), so only an answer whose result goes through that function matches the reference.
+    (``sandboxed.procedure.marks``), so only an answer whose result goes through that function matches the reference.
     """
 
     title: str

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder import worker as wire
+from autograder.sandboxed import __main__ as worker_main
+from autograder.sandboxed import procedure
 from autograder.cases import case_points, graded_cases
 from autograder.exercises.shared import Exercise, resolve
 from autograder.extract import Extraction
@@ -94,7 +95,7 @@ def grade_source(exercise: Exercise, source: str, seed: int, diagnose: tuple[str
         exercise = dataclasses.replace(exercise, mistakes={n: exercise.mistakes[n] for n in diagnose})
     namespace: dict = {"__name__": "submission"}
     convolution = (torch.conv1d, torch.nn.functional.conv1d)
-    wire.marks("conv1d")[0]()  # before the answer runs, as in the worker: `import conv1d` gets it
+    procedure.marks("conv1d")[0]()  # before the answer runs, as in the worker: `import conv1d` gets it
     try:
         exec(compile(PRELUDE + source, f"answer to {exercise.id}", "exec"), namespace)  # noqa: S102 - our own
         return _graded(exercise, source, seed, namespace)
@@ -110,14 +111,14 @@ def _graded(exercise: Exercise, source: str, seed: int, namespace: dict) -> Grad
     classes = {**{n: getattr(tfm_solution, n) for n in tfm_solution.__all__}, **provided}
     session = _SESSIONS.setdefault((exercise.id, seed), Session(exercise, seed))
     saved = (torch.nn.functional.dropout, torch.dropout)
-    dropout = wire.FixedDropout()
+    dropout = procedure.FixedDropout()
     lines = []
     try:
         with torch.random.fork_rng(devices=[]):
             for number, case in enumerate(session.cases):
                 request, buffers, state, expected = session.case(number)
                 try:
-                    reply, out = wire.respond(namespace, exercise.name, json.loads(request), buffers, classes,
+                    reply, out = worker_main.respond(namespace, exercise.name, json.loads(request), buffers, classes,
                                               1 << 28, dropout)
                 finally:
                     torch.nn.functional.dropout, torch.dropout = saved
