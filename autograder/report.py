@@ -44,7 +44,7 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&])")
 
 # What the grader says when something other than a wrong answer happened, in the order they are tried
 # (a worker killed by SIGKILL also "died before answering": the memory limit is the cause to report).
-# The words are the grader's own (grade.py, sandbox.py, worker.py, extract.py); the tests, one of which
+# The words are the grader's own (grade.py, sandbox.py, sandboxed/procedure.py, extract.py); the tests, one of which
 # grades a class for real, keep them in step.
 _INCIDENTS = (
     ("memory", "exceeded the memory limit"),
