@@ -9,7 +9,7 @@ worker, one pytest test per case), with these differences:
   (``ch12_capstone.INSTALLED``) are put into the student's namespace, never a reference of a piece
   the student wrote;
 * Part A's cases are judged here from the ids the student's decoders produced, against sequences
-  the harness draws itself (``JUDGES``): a worker's claim of its accuracy is never believed;
+  the harness draws itself (its judges, which ``ch12_capstone``'s cases name by key): a worker's claim of its accuracy is never believed;
 * when Part A misses full marks, ``diagnose`` trains again with the course's components in place
   of the student's, a prefix of ``ch12_capstone.COMPONENTS`` at a time (a binary search, then one
   run with the culprit alone), and names the component whose replacement fixes training;
@@ -214,8 +214,7 @@ def _bleu(band: float, shown: int, got) -> tuple[bool, list[str]]:
                            "three of your translations:\n\n" + fenced(examples)]
 
 
-JUDGES = {"accuracy": _accuracy, "agreement": _agreement, "translates": _translates, "bleu": _bleu}
-"""``kind -> judge(band, seed, returned value) -> (passed, lines)`` for ``ch12_capstone``'s cases."""
+spec.JUDGES.update(accuracy=_accuracy, agreement=_agreement, translates=_translates, bleu=_bleu)
 
 
 # ----------------------------------------------------------------------------- Part B's weights

@@ -11,8 +11,8 @@ component's name, description and hint (``CAPSTONE_ZH``).
 
 A Chinese text is looked up by the hash of the English it is asked for, so a message reworded in a grading module
 finds no Chinese until its unit is translated again and stamped: the grader then shows the English line, and
-``missing`` names the unit. This module imports no grading module: ``missing`` reads the declared English
-inside the function (or takes it from its caller).
+``diagnoses_coverage.missing`` names the unit. This module imports nothing of the grader: what the grading modules
+declare is gathered by ``autograder.diagnoses_coverage``, the check that ``make chapters`` and the tests run.
 """
 
 from __future__ import annotations
@@ -84,42 +84,7 @@ def diagnosis(name: str, message: str, language: str = "en") -> str:
     return f"**Diagnosis: {name}**: {message}."
 
 
-def declared() -> dict[str, str]:
-    """Unit key -> the English it translates, for every text the grader can show in Chinese: each declared
-    mistake (``"ch01.embeddings missing_scale"``), each capstone sentence (``"say greedy"``) and each component's
-    name, description and hint (``"masks hint"``; a name that is code, such as ``make_model``, needs none).
-    Read from the grading modules on each call."""
-    from autograder.capstone import SAY
-    from autograder.exercises.ch12_capstone import COMPONENTS
-    from autograder.registry import REGISTRY
-
-    english = {f"{e.id} {name}": m.message for e in REGISTRY for name, m in e.mistakes.items()}
-    english |= {f"say {key}": text for key, text in SAY.items()}
-    for c in COMPONENTS:
-        english |= {f"{c[0]} description": c[1], f"{c[0]} hint": c[4]}
-        if not ("_" in c[0] or any(ch.isupper() for ch in c[0])):  # `make_model`, `LayerNorm`: code, no Chinese
-            english[f"{c[0]} name"] = c[0]
-    return english
-
-
 def units(data: dict | None = None) -> dict[str, dict]:
     """Every unit of the file (or of ``data``, the file as read), by key."""
     data = _DATA if data is None else data
     return {**(data.get("mistakes") or {}), **(data.get("capstone") or {})}
-
-
-def missing(english: dict[str, str] | None = None, data: dict | None = None) -> list[str]:
-    """What keeps a text of the grader from its Chinese: ``"key: no translation"``, ``"key: the English changed
-    since it was translated"`` and ``"key: no such text any more"``; ``english`` is ``declared()`` by default."""
-    english = declared() if english is None else english
-    found = units(data)
-    problems = []
-    for key, text in english.items():
-        unit = found.get(key)
-        if unit is None:
-            problems.append(f"{key}: no translation")
-        elif unit.get("en") != english_hash(text):
-            problems.append(f"{key}: the English changed since it was translated"
-                            if unit.get("en") != "new" else f"{key}: translated but never stamped")
-    problems += [f"{key}: no such text any more" for key in found if key not in english]
-    return problems

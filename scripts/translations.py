@@ -816,18 +816,22 @@ def _diagnoses():
     return _course_module("autograder.diagnoses_zh")
 
 
+def _coverage():
+    return _course_module("autograder.diagnoses_coverage")
+
+
 def diagnoses_problems(root: Path) -> list[str]:
     """The grader's texts without an up-to-date Chinese unit, and units whose English is gone."""
     data = yaml.safe_load((root / DIAGNOSES).read_text(encoding="utf-8")) if (root / DIAGNOSES).is_file() else {}
     return [f"{DIAGNOSES.as_posix()}: {problem}; `{TODO} diagnoses` lists what to translate"
-            for problem in _diagnoses().missing(data=data)]
+            for problem in _coverage().missing(data=data)]
 
 
 def diagnoses_todo(root: Path) -> int:
     """Print the grader's texts that need a translation, as units of diagnoses.yml (English, ``en: new``)."""
     data = yaml.safe_load((root / DIAGNOSES).read_text(encoding="utf-8"))
     done = _diagnoses().units(data)
-    for key, english in _diagnoses().declared().items():
+    for key, english in _coverage().declared().items():
         if key not in done or done[key].get("en") != english_hash(english):
             print(f"  {key}:\n    en: new\n    zh: {json.dumps(english, ensure_ascii=False)}")
     return 0
@@ -836,7 +840,7 @@ def diagnoses_todo(root: Path) -> int:
 def diagnoses_stamp(root: Path, keys: list[str]) -> int:
     """Record the hash of the current English in the units marked ``en: new`` and in the named ones."""
     path = root / DIAGNOSES
-    english = _diagnoses().declared()
+    english = _coverage().declared()
     unknown = [k for k in keys if k not in english]
     if unknown:
         print(f"{DIAGNOSES}: no text {', '.join(unknown)}", file=sys.stderr)

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from autograder.capstone import SAY
-from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH, ENGLISH_REST, PATH, ZH, declared, diagnosis, missing, units
+from autograder.diagnoses_coverage import declared, missing
+from autograder.diagnoses_zh import CAPSTONE_SAY, CAPSTONE_ZH, ENGLISH_REST, PATH, ZH, diagnosis, units
 from autograder.extract import parse_notebook
 from autograder.grade import grade_path
 from autograder.mistakes import submission_source

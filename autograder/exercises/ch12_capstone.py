@@ -52,11 +52,14 @@ def translation_split() -> tuple[str, int | None]:
     return os.environ.get(SPLIT_ENV, "test"), int(count) if count else None
 
 
-def _judge(kind: str, threshold: float, seed: int, got):
-    """The verdicts live with the harness (``autograder.capstone.JUDGES``), imported when a case is judged:
-    ``kind`` of verdict, its band, the case's seed (Part A's held-out sequences, Part B's shown sentences)."""
-    from autograder.capstone import JUDGES
+JUDGES: dict = {}
+"""``kind -> judge(band, seed, returned value) -> (passed, lines)``: the cases name their verdict by key, and the
+harness that runs them (``autograder.capstone``, these exercises' runner) puts its judges here when it loads."""
 
+
+def _judge(kind: str, threshold: float, seed: int, got):
+    """The verdict ``kind`` on ``got``, with its band and the case's seed (Part A's held-out sequences, Part B's
+    shown sentences)."""
     return JUDGES[kind](threshold, seed, got)
 
 
