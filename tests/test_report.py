@@ -334,3 +334,38 @@ def test_report_of_a_graded_class_counts_what_was_planted(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert page.count('<img alt=') == 1 and 'class="sortable"' in page
     assert seconds < 15  # measured about 2 s; the margin is for a machine shared with other work
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="the browser test drives Debian's Chromium")
+def test_the_report_renders_offline_in_a_browser_and_sorts(tmp_path):
+    """The page a teacher opens: every figure decodes and has a size, nothing is fetched from the network (every
+    request but the page itself is refused and counted), no script error, and a heading sorts the students' table."""
+    from playwright.sync_api import sync_playwright
+
+    plans = _planted_class()
+    _write_class(tmp_path / "results", plans)
+    page_path = tmp_path / "report.html"
+    page_path.write_text(render_html(read_results(tmp_path / "results")), encoding="utf-8")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        fetched, errors = [], []
+        page.route("**/*", lambda route: route.continue_() if route.request.url == page_path.as_uri()
+                   else (fetched.append(route.request.url), route.abort()))
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(page_path.as_uri())
+        figures = page.eval_on_selector_all("img", "els => els.map(e => [e.complete, e.naturalWidth, e.naturalHeight])")
+        assert figures and all(done and width > 100 and height > 50 for done, width, height in figures), figures
+        assert not fetched and not errors, (fetched, errors)
+        sizes = page.eval_on_selector_all("table.sortable", "ts => ts.map(t => t.tBodies[0].rows.length)")
+        assert len(plans) in sizes, sizes  # the students x exercises table
+        table = page.locator("table.sortable").nth(sizes.index(len(plans)))
+        first = table.locator("tbody tr td:first-child").all_inner_texts()
+        table.locator("th").first.click()
+        once = table.locator("tbody tr td:first-child").all_inner_texts()
+        table.locator("th").first.click()
+        twice = table.locator("tbody tr td:first-child").all_inner_texts()
+        assert sorted(once) == sorted(first) and twice == once[::-1] and once != twice, (once, twice)
+        assert "<script>" in page.inner_text("body")  # a student's name shown as text, never run
+        browser.close()
