@@ -422,37 +422,48 @@ def _chunk(label: str, source: str) -> dict:
     return {"label": label, "source": text, "lines": lines}
 
 
-def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:
-    """The ``banned`` library names the answer reaches, however they are spelled.
+def parsed(source: str) -> ast.Module:
+    """``source``'s syntax tree, or an empty module when it cannot be read (a worker meets the same error)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return ast.Module(body=[], type_ignores=[])
 
-    Starting from the answer cell, every name it uses is followed to its definitions in any
-    extracted cell (functions, classes, assignments, imports), and those are searched in turn:
-    ``from torch.nn.functional import scaled_dot_product_attention as fast``, ``fast =
-    F.scaled_dot_product_attention`` in another cell, or ``getattr(F, "scaled_dot_product_attention")``
-    in a helper all count. (What is built from pieces at run time is not seen.)
-    """
-    if not banned:
-        return []
+
+def reachable(chunks: list[ast.Module], answer: ast.Module) -> list[ast.AST]:
+    """The ``answer`` and every top-level definition of ``chunks`` it uses, each once: every name is followed to
+    its definitions in any chunk (functions, classes, assignments, imports), and those are followed in turn."""
     definitions: dict[str, list[ast.AST]] = {}
-    for chunk in extraction.chunks:
-        try:
-            body = ast.parse(chunk["source"]).body
-        except (SyntaxError, RecursionError, MemoryError, ValueError):
-            continue
-        for node in body:
+    for tree in chunks:
+        for node in tree.body:
             for name in _bound_names(node):
                 definitions.setdefault(name, []).append(node)
-    try:
-        todo: list[ast.AST] = [ast.parse(extraction.answer_source)]
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return []
+    todo: list[ast.AST] = [answer]
     seen: set[int] = set()
-    used: set[str] = set()
+    found = []
     while todo:
         node = todo.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
+        found.append(node)
+        todo += [d for sub in ast.walk(node) if isinstance(sub, ast.Name) for d in definitions.get(sub.id, [])]
+    return found
+
+
+def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:
+    """The ``banned`` library names the answer reaches, however they are spelled.
+
+    Starting from the answer cell, every definition it reaches in any extracted cell (``reachable``) is
+    searched: ``from torch.nn.functional import scaled_dot_product_attention as fast``, ``fast =
+    F.scaled_dot_product_attention`` in another cell, or ``getattr(F, "scaled_dot_product_attention")``
+    in a helper all count. (What is built from pieces at run time is not seen.)
+    """
+    if not banned:
+        return []
+    used: set[str] = set()
+    chunks = [parsed(c["source"]) for c in extraction.chunks]
+    for node in reachable(chunks, parsed(extraction.answer_source)):
         for sub in ast.walk(node):
             words = [getattr(sub, "id", None), getattr(sub, "attr", None)]
             if isinstance(sub, ast.alias):
@@ -462,8 +473,6 @@ def shortcut_uses(extraction: Extraction, banned: tuple[str, ...]) -> list[str]:
             if isinstance(getattr(sub, "op", None), ast.MatMult):  # `a @ b` and `a @= b` call matmul
                 words.append("matmul")
             used.update(w for w in words if w in banned)
-            if isinstance(sub, ast.Name):
-                todo += definitions.get(sub.id, [])
     return sorted(used)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 
+from autograder.extract import parsed, reachable
 from autograder.feedback import code
 
 # Modules whose whole purpose here would be to look inside the running interpreter.
@@ -49,32 +50,15 @@ def reaches(sources: list[str], answer: str = "") -> list[str]:
     of functions nobody calls): decorators, default arguments, class bodies, assigned values. Importing one of
     ``MODULES`` is no finding by itself; using what it bound is.
     """
-    trees = []
-    for source in [*sources, answer]:
-        try:
-            trees.append(ast.parse(source))
-        except (SyntaxError, RecursionError, MemoryError, ValueError):
-            trees.append(ast.Module(body=[], type_ignores=[]))  # never run either: the worker meets the same error
-    *chunks, answer_tree = trees
+    chunks = [parsed(source) for source in sources]
+    answer_tree = parsed(answer)
     aliases, suspects = _imported(chunks + [answer_tree])
-    definitions: dict[str, list[ast.AST]] = {}
-    for tree in chunks:
-        for node in tree.body:
-            for name in _bound(node):
-                definitions.setdefault(name, []).append(node)
     found: dict[str, None] = {}
-    whole: list[ast.AST] = [answer_tree] if answer else list(chunks)
-    seen: set[int] = set()
-    while whole:
-        node = whole.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    whole = reachable(chunks, answer_tree) if answer else chunks
+    for node in whole:
         for sub in ast.walk(node):
             for what in _findings(sub, aliases, suspects):
                 found.setdefault(what, None)
-            if isinstance(sub, ast.Name):
-                whole += definitions.get(sub.id, [])
     for tree in chunks:
         for sub in _runs_when_defined(tree):
             for what in _findings(sub, aliases, suspects):
@@ -101,16 +85,6 @@ def _imported(trees: list[ast.Module]) -> tuple[dict[str, str], dict[str, str]]:
                             or alias.name in MEMBERS.get(module, ())):
                         suspects[alias.asname or alias.name] = f"{module}.{alias.name}"
     return aliases, suspects
-
-
-def _bound(node: ast.stmt) -> list[str]:
-    """The top-level names a statement defines."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-    return []
 
 
 def _runs_when_defined(tree: ast.Module):

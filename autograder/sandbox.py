@@ -369,7 +369,8 @@ def _library_folders() -> set[Path]:
 WORKER_PACKAGES = ("torch", "numpy")
 
 
-def allowed_packages() -> list[str]:
+@functools.cache
+def allowed_packages() -> tuple[str, ...]:
     """The top-level entries (package folders, modules, ``.dist-info`` folders) of the site-packages a worker
     may import from: ``WORKER_PACKAGES`` and every distribution they require, read from the installed metadata
     (requirements of optional extras left out). Never the grader or the reference."""
@@ -392,7 +393,7 @@ def allowed_packages() -> list[str]:
             top = file.parts[0]
             if top not in ("..", "/") and not top.startswith("__pycache__") and top not in ("autograder", "tfm_solution"):
                 entries.add(top)
-    return sorted(entries)
+    return tuple(sorted(entries))
 
 
 def _site_folders(shown: list[str]) -> list[str]:
