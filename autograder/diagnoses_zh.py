@@ -4,8 +4,8 @@
 A chapter's grading module declares its classic wrong answers in English (``Mistake.message``); the file has the
 Chinese of each, stamped with the hash of the English it translates, as every unit of ``translations/zh/`` is.
 A notebook of the Chinese course records ``{"course": {"language": "zh"}}`` in its metadata (``make chapters``
-writes it); the grader then names a recognised mistake in Chinese (``diagnosis``) and says once, in Chinese,
-that the remaining lines of its feedback are English (``ENGLISH_REST``). The capstone's diagnosis of a model
+writes it); the grader then names a recognised mistake in Chinese (``diagnosis``), and the rest of its feedback
+is rendered in Chinese from ``translations/zh/grader.yml`` (``autograder.feedback_zh``). The capstone's diagnosis of a model
 that does not learn is there too: its sentences (``CAPSTONE_SAY``, by their key in ``capstone.SAY``) and each
 component's name, description and hint (``CAPSTONE_ZH``).
 
@@ -64,10 +64,6 @@ class ByEnglish(Mapping):
 
 _DATA = _read()
 _CAPSTONE = _DATA.get("capstone") or {}
-
-ENGLISH_REST: str = _DATA.get("english_rest") or (
-    "**Note**: this copy of the grader has no Chinese (translations/zh/diagnoses.yml), so its feedback is English.")
-"""What a Chinese notebook's feedback says once about the lines that stay English."""
 
 #: The Chinese of every declared mistake's message, by its English.
 ZH = ByEnglish(_DATA.get("mistakes") or {})

@@ -27,7 +27,7 @@ from autograder.cases import built, case_points, case_request, graded_cases, ref
 from autograder.checks import run_checks
 from autograder.compare import (Verdict, changed_inputs, compare, compare_attributes, compare_initial, compare_nucleus,
                                 compare_structures, compare_xavier, moved_generators, parse_structures, split_record)
-from autograder.diagnoses_zh import ENGLISH_REST, diagnosis
+from autograder.diagnoses_zh import diagnosis
 from autograder.exercises.shared import CHECKS, Case, resolve
 from autograder.extract import (Extraction, Notebook, Unreadable, extract, find_notebook, read_submission,
                                 shortcut_uses, without_docstrings)
@@ -664,7 +664,7 @@ def grade_path(path: str | os.PathLike, *, chapter: str | None = None, seed: int
     if runs:
         report.sandbox = isolation()[2]
     if any(isinstance(nb, Notebook) and nb.language == "zh" for _, nb in chosen):
-        report.notes.insert(0, ENGLISH_REST)
+        report.language = "zh"  # its feedback is rendered in Chinese (results.to_gradescope, results.table)
     unreadable_done: set[str] = set()
     for exercise, nb in chosen:
         if isinstance(nb, Notebook):

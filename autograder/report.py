@@ -31,8 +31,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.diagnoses_zh import ENGLISH_REST
-from autograder.results import ERROR_NOTE, ERROR_TEST
+from autograder.results import ERROR_NOTE, ERROR_TEST, graded
 
 _EXERCISE_LINE = re.compile(r"(ch\d\d\.\w+) (.+)", re.S)
 _DIAGNOSIS = re.compile(r"^\*\*(?:Diagnosis: |诊断：)([^*\n]+)\*\*[:：]?[ \t]*(.*)$", re.M)
@@ -306,10 +305,12 @@ def read_submission(path: Path) -> Submission:
 
 
 def _submission(name: str, data: dict) -> Submission:
+    language = (data.get("extra_data") or {}).get("language")
+    data = graded(data)  # the grader's own words, whatever language the student was shown
     tests = data["tests"]
     max_score = (data.get("extra_data") or {}).get("max_score", sum(t.get("max_score", 0) for t in tests))
     submission = Submission(name, float(data.get("score", 0)), float(max_score),
-                            language="zh" if ENGLISH_REST in str(data.get("output", "")) else "en")
+                            language="zh" if language == "zh" else "en")
     flagged: set[tuple[str, str]] = set()
 
     def flag(exercise: str, kind: str, detail: str) -> None:

@@ -3,6 +3,11 @@
 The harness writes results once, after every worker is dead, to a path no worker can
 see. The JSON schema below is the subset of Gradescope's format we emit; every file we
 write is validated against it in the self-tests.
+
+A report is English inside. Its ``language`` is the language the graded notebook records: for "zh" the
+results and the table are rendered in Chinese (``autograder.feedback_zh``), names and feedback alike, and
+``results.json`` keeps the English the grader wrote in ``extra_data["english"]``, for the tools that read
+the grader's own words (the class report, ``graded``).
 """
 
 from __future__ import annotations
@@ -10,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.feedback import clean, fenced
+from autograder.feedback_zh import render
 
 ERROR_NOTE = "autograder error (not your fault)"
 ERROR_TEST = ERROR_NOTE
@@ -63,6 +70,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     execution_time: float = 0.0
     sandbox: str = ""
+    language: str = "en"  # the language the graded notebook records: "zh" renders the feedback in Chinese
 
     # Every score is a whole number of cents (see split_points): rounding the float sum to
     # cents gives the exact total.
@@ -119,21 +127,41 @@ GRADESCOPE_SCHEMA = {
 
 
 def to_gradescope(report: Report) -> dict:
-    """The results dictionary Gradescope reads."""
+    """The results dictionary Gradescope reads, in the report's language (see the module's docstring)."""
     summary = f"Score: {report.score:g} / {report.max_score:g}"
     extra = {"seeds": report.seeds, "max_score": report.max_score, "sandbox": report.sandbox}
     if report.not_graded:
         summary = NOT_GRADED.format(n=len(report.not_graded)) + "\n\n" + summary
         extra["not_graded"] = report.not_graded
+    output = "\n\n".join([summary, *report.notes])
+    tests = [_test(t) for t in report.tests]
+    if report.language != "en":
+        extra["language"] = report.language
+        extra["english"] = {"output": output, "tests": [{"name": t["name"], "output": t["output"]} for t in tests]}
+        output = render(output, report.language)
+        for test in tests:
+            test["name"], test["output"] = render(test["name"], report.language), render(test["output"],
+                                                                                          report.language)
     return {
         "score": report.score,
         "execution_time": round(report.execution_time, 3),
-        "output": "\n\n".join([summary, *report.notes]),
+        "output": output,
         "output_format": "md",
         "stdout_visibility": "hidden",
         "extra_data": extra,
-        "tests": [_test(t) for t in report.tests],
+        "tests": tests,
     }
+
+
+def graded(results: dict) -> dict:
+    """``results`` (as ``to_gradescope`` made them) with the grader's own English words: for a report rendered in
+    another language, its names and feedback as the grader wrote them (``extra_data["english"]``)."""
+    english = (results.get("extra_data") or {}).get("english")
+    if not isinstance(english, dict) or len(english.get("tests") or []) != len(results.get("tests") or []):
+        return results
+    tests = [{**test, "name": own.get("name", test.get("name")), "output": own.get("output", test.get("output"))}
+             for test, own in zip(results["tests"], english["tests"])]
+    return {**results, "output": english.get("output", results.get("output")), "tests": tests}
 
 
 def _test(test: TestResult) -> dict:
@@ -171,17 +199,42 @@ def _cleaned(value):
     return value
 
 
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: a CJK character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int, right: bool = False) -> str:
+    space = " " * max(width - _width(text), 0)
+    return space + text if right else text + space
+
+
 def table(report: Report) -> str:
-    """A fixed-width table of the tests, followed by the feedback of each failed one."""
-    rows = [(t.name, f"{t.score:g}/{t.max_score:g}", "ok" if t.status == "passed" else "FAIL")
+    """A fixed-width table of the tests, followed by the feedback of each failed one, in the report's language."""
+    words = TABLE_WORDS.get(report.language, TABLE_WORDS["en"])
+
+    def say(text: str) -> str:
+        return render(text, report.language)
+
+    rows = [(say(t.name), f"{t.score:g}/{t.max_score:g}", words["ok"] if t.status == "passed" else words["FAIL"])
             for t in report.tests]
-    width = max([len(r[0]) for r in rows] + [20])
-    lines = [f"{'test':<{width}}  {'points':>9}  status", "-" * (width + 19)]
-    lines += [f"{n:<{width}}  {p:>9}  {s}" for n, p, s in rows]
-    lines += ["-" * (width + 19), f"{'total':<{width}}  {f'{report.score:g}/{report.max_score:g}':>9}"]
+    width = max([_width(r[0]) for r in rows] + [20])
+    rule = "-" * (width + 19)
+    lines = [f"{_pad(words['test'], width)}  {_pad(words['points'], 9, True)}  {words['status']}", rule]
+    lines += [f"{_pad(n, width)}  {p:>9}  {s}" for n, p, s in rows]
+    lines += [rule, f"{_pad(words['total'], width)}  {f'{report.score:g}/{report.max_score:g}':>9}"]
     if report.not_graded:
-        lines.append(NOT_GRADED.format(n=len(report.not_graded)).replace("**", ""))
+        lines.append(say(NOT_GRADED.format(n=len(report.not_graded))).replace("**", ""))
     if report.sandbox.startswith(UNISOLATED_PREFIX):
-        lines.append(f"Note: graded without the sandbox's isolation ({report.sandbox}).")
-    details = [f"\n## {t.name}\n{t.output}" for t in report.tests if t.status == "failed" or t.name.endswith(" notes")]
-    return clean("\n".join(lines + details + ([""] + report.notes if report.notes else [])))
+        lines.append(say(f"Note: graded without the sandbox's isolation ({report.sandbox})."))
+    details = [f"\n## {say(t.name)}\n{say(t.output)}" for t in report.tests
+               if t.status == "failed" or t.name.endswith(" notes")]
+    notes = [say(note) for note in report.notes]
+    return clean("\n".join(lines + details + ([""] + notes if notes else [])))
+
+
+TABLE_WORDS = {
+    "en": {"test": "test", "points": "points", "status": "status", "ok": "ok", "FAIL": "FAIL", "total": "total"},
+    "zh": {"test": "测试", "points": "得分", "status": "结果", "ok": "通过", "FAIL": "未通过", "total": "总分"},
+}
+"""The table's own words in each language."""

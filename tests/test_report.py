@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.diagnoses_zh import ENGLISH_REST, diagnosis
+from autograder.diagnoses_zh import diagnosis
 from autograder.feedback import code, fenced
 from autograder.mistakes import submission_source
 from autograder.reach import reach_line
@@ -63,7 +63,7 @@ def _case_line(exercise: str, case: str, plan: str, language: str) -> TestResult
 def _write_class(folder: Path, plans: dict[str, dict[str, str]], language: str = "en") -> None:
     """A results file per submission, as ``grade-batch --results-dir`` names them."""
     for student, plan in plans.items():
-        report = Report(notes=[ENGLISH_REST] if language == "zh" else [])
+        report = Report(language=language)
         for exercise, what in plan.items():
             report.tests += [_case_line(exercise, case, what, language) for case in CASES[exercise]]
             if what == "policy":
