@@ -11,11 +11,13 @@ the case it was on, and grading goes on in a fresh one.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import inspect
 import marshal
 import os
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -44,19 +46,78 @@ LONG_ERROR = 600
 """An error longer than this (characters) is given whole once per exercise (``ExerciseRun._error``)."""
 
 
-def _provided(exercise: Exercise) -> tuple[str, list[str], dict[str, list[str]]]:
+def own_prerequisites(exercise: Exercise, through: int | None = None) -> list[str]:
+    """The prerequisites of ``exercise`` that a release through chapter ``through`` (the grader's cut-off,
+    ``release.released_through()``, when not given) has not released: answers of graded exercises of later
+    chapters, the chapter being graded included. The worker receives none of their code; the student's own
+    answers stand for them (the submission defines them: they come before this exercise in its notebook)."""
+    from autograder.release import graded_references, released_through
+
+    through = released_through() if through is None else through
+    later = {name for name, chapter in graded_references().items() if chapter > through}
+    return [attr for target in exercise.prerequisites if (attr := target.partition(":")[2]) in later]
+
+
+def _names_in(obj) -> set[str]:
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(ast.parse(textwrap.dedent(
+        inspect.getsource(obj)))) if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def _described(value) -> set[str]:
+    """The reference classes a case's module descriptions name (``{"module": "MultiHeadedAttention", ...}``)."""
+    if isinstance(value, dict):
+        found = {value["module"]} if isinstance(value.get("module"), str) else set()
+        return found.union(*(_described(v) for v in value.values()))
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_described(v) for v in value))
+    return set()
+
+
+@functools.lru_cache(maxsize=None)
+def _roots(exercise_id: str) -> frozenset[str]:
+    """What the exercise's reference reads, and the classes its cases describe (cases differ in inputs only)."""
+    exercise = next(e for e in REGISTRY if e.id == exercise_id)
+    roots = _names_in(resolve(exercise.reference))
+    for case in graded_cases(exercise, 0):
+        roots |= _described((case.args, case.kwargs, case.construct))
+    return frozenset(roots)
+
+
+def _only_behind(exercise: Exercise, unreleased: set[str]) -> set[str]:
+    """Prerequisites that neither the exercise's reference nor its cases reach except through ``unreleased``."""
+    targets = {t.partition(":")[2]: t for t in exercise.prerequisites}
+    roots = _roots(exercise.id)
+    reached, todo = set(), [n for n in roots if n in targets and n not in unreleased]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        module_name, _, attr = targets[name].partition(":")
+        todo += [n for n in _names_in(getattr(importlib.import_module(module_name), attr))
+                 if n in targets and n not in unreleased and n not in reached]
+    return set(targets) - reached - unreleased
+
+
+def _provided(exercise: Exercise, through: int | None = None) -> tuple[str, list[str], dict[str, list[str]]]:
     """Source, names and module layout of the prerequisites a worker receives.
 
     Only the listed objects travel (their source and their module's imports), never a whole
-    module of ``tfm_solution``, so the reference of the exercise under test stays out.
+    module of ``tfm_solution``, so the reference of the exercise under test stays out; and of a
+    graded release (``through``), only what it has released (``own_prerequisites``).
     """
     own = exercise.reference.partition(":")[2]
+    unreleased = set(own_prerequisites(exercise, through))
+    if unreleased:  # what only the unreleased answers called goes with them (chapter 2's `pair_frequencies`)
+        unreleased |= _only_behind(exercise, unreleased)
     imports: dict[str, None] = {}
     bodies, names, modules = [], [], {}
     for target in exercise.prerequisites:
         module_name, _, attr = target.partition(":")
         if attr == own and module_name == exercise.reference.partition(":")[0]:
             raise ValueError(f"{exercise.id}: an exercise cannot be its own prerequisite")
+        if attr in unreleased:
+            continue
         module = importlib.import_module(module_name)
         for node in ast.parse(inspect.getsource(module)).body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -365,6 +426,7 @@ class ExerciseRun:
         self.reach = reaches(self.extraction.sources(), self.extraction.answer_source)
         self.limits = Limits(**{**limits.__dict__, "memory_mb": min(limits.memory_mb, exercise.memory_budget_mb)})
         self.results: dict[int, TestResult] = {}
+        self.own: list[str] = []
         self.worker: Worker | None = None
         self.slow: list[str] = []
         self.printed: list[str] = []
@@ -374,12 +436,14 @@ class ExerciseRun:
         self.timeouts = 0
         if not self.extraction.error:
             self.reference = resolve(exercise.reference)
+            self.own = own_prerequisites(exercise)
             source, names, modules = _provided(exercise)
             # Only bytecode without docstrings travels: the worker holds no readable reference, even
-            # of a prerequisite that is another exercise of the chapter being graded.
+            # of a prerequisite that is another exercise of the chapter being graded; and nothing at all
+            # of one a graded release has not released (``own_prerequisites``: the student's own stands in).
             self.provided = marshal.dumps(compile(without_docstrings(ast.parse(source)), "<provided>", "exec"))
             self.setup = {"chunks": self.extraction.sources(), "name": exercise.name, "provided_names": names,
-                          "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES)}
+                          "provided_modules": modules, "blocked": list(BLOCKED_PACKAGES), "own_names": self.own}
 
     def extract(self, nb: Notebook) -> Extraction:
         """The code this exercise is graded on (a subclass may gather it from elsewhere)."""
@@ -515,10 +579,29 @@ class ExerciseRun:
                                            + "; ".join(self.slow), passed=False))
         output = "".join(self.printed).strip()
         notes = list(self.notes)
+        lost = any(line.score < line.max_score for line, case in zip(lines, self.cases))
+        if self.own and lost:
+            notes.append(_own_note(exercise, self.own, report))
         if output:
             notes.append("your code printed:\n\n" + fenced(output))
         if notes:
             report.tests.append(TestResult(f"{exercise.id} notes", 0.0, 0.0, "\n\n".join(notes)))
+
+
+def _own_note(exercise: Exercise, own: list[str], report: Report) -> str:
+    """Why a case may fail because of an earlier exercise: in a graded release, the student's own answers stand
+    for the prerequisites not yet released; those that lost points on their own lines are named first."""
+    by_name = {e.reference.partition(":")[2]: e for e in REGISTRY}
+    failed = [name for name in own if name in by_name and any(
+        t.name.startswith(by_name[name].id + " ") and t.score < t.max_score for t in report.tests)]
+    names = ", ".join(code(n) for n in own)
+    text = (f"this exercise ran with your own {names} (the course has not released {'its' if len(own) == 1 else 'their'}"
+            " reference yet), not the reference's")
+    if failed:
+        text += (f"; {', '.join(code(n) for n in failed)} lost points on {'its' if len(failed) == 1 else 'their'} own "
+                 f"lines above, so a failure here may come from that earlier exercise rather than from "
+                 f"{code(exercise.name)}: fix it first")
+    return text
 
 
 NOT_IMPLEMENTED = "not implemented yet (the stub raises `NotImplementedError`)"

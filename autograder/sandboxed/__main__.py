@@ -114,6 +114,8 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     namespace = module.__dict__
     errors = _run_chunks(setup["chunks"], namespace)
     namespace.update(provided_names)  # one early bug costs once: prerequisites are the reference's
+    # ... those the course has released: the others are the student's own answers (a graded release).
+    classes = {**{n: namespace[n] for n in setup.get("own_names", ()) if n in namespace}, **provided_names}
     name = setup["name"]
     found = name in namespace
     write_all(resp_fd, encode_frame({"ready": True, "found": found, "errors": errors,
@@ -122,7 +124,7 @@ def serve(req_fd: int, resp_fd: int, isolated: bool) -> None:
     while True:
         request, buffers = read_frame(req_fd)
         install_convolution()  # again before each request: the student's code may have put something else there
-        reply, out = respond(namespace, name, request, buffers, provided_names, setup["max_result_bytes"], dropout)
+        reply, out = respond(namespace, name, request, buffers, classes, setup["max_result_bytes"], dropout)
         write_all(resp_fd, encode_frame(reply, out))
 
 
