@@ -11,7 +11,7 @@ PYTEST := $(BIN)/python -m pytest
 JS_STAMP := book/node_modules/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: env js chapters gradebook book test test-fast course-model clean
+.PHONY: env js chapters gradebook book test test-fast course-model release clean
 
 env: $(STAMP)
 
@@ -44,6 +44,12 @@ gradebook: $(STAMP)
 	for chapter in $$(ls solutions); do \
 	  $(BIN)/nbgrader generate_assignment $$chapter --force --CourseDirectory.release_directory=_build/nbgrader-release || exit 1; \
 	done
+
+# Instructors: the graded release of a week, dist/release-NN/ (student notebooks, the student package
+# and its wheel holding the answers of chapters 1..NN only). `make release THROUGH=05`; see how_to_use.md.
+release: $(STAMP)
+	@test -n "$(THROUGH)" || { echo "usage: make release THROUGH=NN (the last chapter whose answers are released)"; exit 2; }
+	$(BIN)/python -m autograder release --through $(THROUGH) --out dist
 
 # Both sites: the English one into _build/html, the Chinese one (zh/) into _build/html/zh.
 book: $(STAMP) $(JS_STAMP)

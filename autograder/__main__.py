@@ -1,4 +1,4 @@
-"""Command line: ``python -m autograder grade | grade-batch | gradescope-zip``."""
+"""Command line: ``python -m autograder grade | grade-batch | report | gradescope-zip | release``."""
 
 from __future__ import annotations
 
@@ -86,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     package.add_argument("--allow-unisolated", action="store_true",
                          help="the package grades even where workers cannot get the allowlist view")
     package.set_defaults(run=lambda a: __import__("autograder.gradescope", fromlist=["run"]).run(a))
+
+    graded = commands.add_parser("release", help="build a graded release: the notebooks and a student package "
+                                                 "holding the answers of chapters 1..THROUGH only")
+    graded.add_argument("--through", type=int, required=True, help="the last chapter whose answers are released")
+    graded.add_argument("--out", default="dist", help="where release-NN/ is written (default: dist)")
+    graded.set_defaults(run=lambda a: __import__("autograder.release", fromlist=["main"]).main(
+        ["--through", str(a.through), "--out", a.out]))
 
     args = parser.parse_args(argv)
     return args.run(args)

@@ -45,6 +45,16 @@ def install_cell(url: str, branch: str = "main") -> str:
     return _TEMPLATE.format(requirement=f"git+{url}@{branch}")
 
 
+def release_cell(url: str) -> str:
+    """The first code cell of a graded release's notebooks: it installs the release's student package
+    from ``url`` (where the instructor serves it, ``course_release.package_url`` in ``_config.yml``),
+    never the whole repository, which holds every chapter's answers."""
+    if not url.startswith("https://") or any(c in url for c in "\"' \\"):
+        raise ValueError(f"not a plain https address: {url!r}")
+    return _TEMPLATE.format(requirement=url).replace("installs the course package (reference code and widgets)",
+                                                     "installs this release's course package (widgets, data tools)")
+
+
 def repository(config: Path) -> tuple[str, str]:
     """``(url, branch)`` from the ``repository`` section of a Jupyter Book ``_config.yml``."""
     import yaml  # the maintainers' environment has it (Jupyter Book); students never call this

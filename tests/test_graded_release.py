@@ -1,0 +1,317 @@
+"""The graded release (``python -m autograder release``, ``make release THROUGH=NN``): no answer that is not
+yet released, in its files or in what a grading worker receives."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import release
+from autograder.grade import _provided, grade_path, own_prerequisites
+from autograder.registry import REGISTRY, by_chapter
+from autograder.sandbox import REPO_ROOT, Limits
+from tests.notebook_answers import release_with, solution_answers, solved_release
+
+ROOT = Path(REPO_ROOT)
+CUT_OFFS = (3, 8)
+HANDED_OUT = {"clones", "Encoder", "Generator", "EncoderDecoder", "SimpleLossCompute", "greedy_decode"}
+
+
+def _notebook(chapter: str, kind: str = "chapters") -> Path:
+    (path,) = (ROOT / kind).glob(f"{chapter}_*/*.ipynb")
+    return path
+
+
+# --- what the answers are, and the search that finds them ----------------------------------------------
+
+@pytest.mark.fast
+def test_every_later_region_is_a_secret_but_the_code_handed_out_earlier():
+    regions = release.solution_regions()
+    assert {r.chapter for r in regions} == set(range(1, 13))
+    assert all(r.owner for r in regions)
+    # The only regions a release hands out before their chapter: code an earlier notebook imports as provided.
+    assert set(release.handed_out(regions)) == HANDED_OUT
+    assert not HANDED_OUT & set(release.graded_references())
+    for through in (0, 5, 11):
+        secret = release.secrets(through)
+        # chapter 12 restates code handed out earlier: every one of its regions is
+        assert {r.chapter for r in secret} == set(range(through + 1, 12))
+        assert len(secret) == len([r for r in regions if r.chapter > through and r.owner not in HANDED_OUT])
+    # Every graded exercise of a later chapter is withheld, whatever the search finds.
+    names = release.withheld(5)
+    for exercise in REGISTRY:
+        chapter = int(exercise.chapter[:2])
+        if 5 < chapter < 12:
+            assert exercise.reference.partition(":")[2] in names
+    assert "MultiHeadedAttention" not in names and "subsequent_mask" not in names
+
+
+@pytest.mark.fast
+def test_the_search_finds_an_answer_in_every_kind_of_file(tmp_path):
+    """The oracle: the full reference, a pasted answer, its bytecode, a notebook's output and a widget's state."""
+    (gelu,) = [r for r in release.solution_regions() if r.owner == "gelu"]
+    (layer_norm,) = [r for r in release.solution_regions() if r.owner == "LayerNorm" and "mean" in r.source]
+    shutil.copytree(ROOT / "tfm_solution", tmp_path / "full", ignore=shutil.ignore_patterns("__pycache__", "assets"))
+    found = {h.region.owner for h in release.find_answers(tmp_path / "full", 5)}
+    assert {"PositionwiseFeedForward", "gelu", "LayerNorm", "EncoderLayer", "DecoderLayer"} <= found
+    # renamed and commented: still found (names renamed in order; comments and whitespace gone)
+    renamed = layer_norm.cell.replace("mean", "centre").replace("std", "spread")
+    (tmp_path / "pasted").mkdir()
+    (tmp_path / "pasted" / "renamed.py").write_text("# my notes\n" + renamed.replace("\n", "  # why\n"))
+    py_compile.compile(str(tmp_path / "pasted" / "renamed.py"), cfile=str(tmp_path / "pasted" / "x.pyc"))
+    (tmp_path / "pasted" / "renamed.py").unlink()
+    (tmp_path / "pasted" / "gelu.py").write_text(gelu.cell)
+    py_compile.compile(str(tmp_path / "pasted" / "gelu.py"), cfile=str(tmp_path / "pasted" / "gelu.pyc"))
+    (tmp_path / "pasted" / "gelu.py").unlink()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text=gelu.source)])])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"m": {"state": {
+        "value": json.dumps({"html": "<pre>" + layer_norm.source.replace('"', "&quot;") + "</pre>"})}}}}}
+    nbformat.write(nb, tmp_path / "pasted" / "out.ipynb")
+    hits = release.find_answers(tmp_path / "pasted", 5)
+    kinds = {(h.file, h.region.owner) for h in hits}
+    assert ("gelu.pyc", "gelu") in kinds  # bytecode, from its code objects
+    assert any(f.startswith("out.ipynb cell 0 outputs") and o == "gelu" for f, o in kinds)
+    assert any(f.startswith("out.ipynb metadata") and o == "LayerNorm" for f, o in kinds)
+    (tmp_path / "pasted2").mkdir()
+    (tmp_path / "pasted2" / "renamed.py").write_text(renamed)
+    assert any(h.how == "ast dump, names renamed" and h.region.owner == "LayerNorm"
+               for h in release.find_answers(tmp_path / "pasted2", 5))
+    # an answer released already is no finding
+    assert not release.find_answers(tmp_path / "pasted", 7)
+
+
+# --- the grader's worker holds the same line ---------------------------------------------------------
+
+@pytest.mark.fast
+def test_a_worker_receives_no_unreleased_answer():
+    for through in (1, 3, 5, 7, 8):
+        later = {name for name, chapter in release.graded_references().items() if chapter > through}
+        for exercise in REGISTRY:
+            if exercise.chapter.startswith("12"):
+                continue
+            source, names, _ = _provided(exercise, through)
+            assert not later & set(names), (exercise.id, through)
+            own = own_prerequisites(exercise, through)
+            assert set(own) == later & {t.partition(":")[2] for t in exercise.prerequisites}
+            for name in own:  # not even by name, in the code that travels
+                assert not re.search(rf"\bdef {name}\b|\bclass {name}\b", source)
+    positional = [e for e in REGISTRY if e.id == "ch02.PositionalEncoding"][0]
+    assert _provided(positional, 1)[1] == []  # nor the helpers only the withheld answer called
+    assert set(_provided(positional, 12)[1]) == {"_check_even", "pair_frequencies", "positional_encoding"}
+    assert own_prerequisites(positional, 12) == []
+
+
+_LEAK = '''
+import marshal
+import torch
+from torch import nn
+
+
+def _leak(names):
+    import base64, zlib
+    found = {n: globals()[n].__code__ for n in names if n in globals()}
+    print("LEAK " + base64.b85encode(zlib.compress(marshal.dumps(found), 9)).decode())
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout, max_len=5000):
+        super().__init__()
+        _leak(("_check_even", "pair_frequencies", "positional_encoding"))
+        raise NotImplementedError()
+'''
+
+_REPLAY = '''
+import base64
+import marshal
+import types
+import zlib
+import torch
+
+{definitions}
+'''
+
+
+_SIGNATURES = {"positional_encoding": "seq_len, d_model, dtype=torch.float32",
+               "pair_frequencies": "d_model, dtype=torch.float64", "_check_even": "d_model"}
+
+
+def _replayed(leaks: dict[str, str]) -> str:
+    """A submission whose functions run the printed code (each one a `def`, as the grader reads answers)."""
+    lines = []
+    for name, signature in _SIGNATURES.items():
+        arguments = ", ".join(a.partition("=")[0].strip() for a in signature.split(","))
+        body = (f"    return types.FunctionType(marshal.loads(bytes.fromhex({leaks[name]!r})), globals(), {name!r}, "
+                f"None)({arguments})"
+                if name in leaks else "    raise NotImplementedError()")
+        lines.append(f"def {name}({signature}):\n{body}\n")
+    return _REPLAY.format(definitions="\n\n".join(lines))
+
+
+def _leaks(report) -> dict[str, str]:
+    """The code objects the first submission printed, by name (as hex of their marshalled form)."""
+    import base64
+    import zlib
+
+    text = "\n".join(t.output for t in report.tests)
+    found = re.search(r"LEAK (\S+)", text)
+    if not found:
+        return {}
+    codes = marshal.loads(zlib.decompress(base64.b85decode(found.group(1))))
+    return {name: marshal.dumps(code).hex() for name, code in codes.items()}
+
+
+@pytest.mark.slow
+def test_a_prerequisite_printed_in_one_submission_gains_nothing_in_the_next(tmp_path, monkeypatch):
+    """The replay: while `PositionalEncoding` is graded, the answer prints the `positional_encoding` the worker
+    holds; the next submission uses it as its own. The grader's reading of the code would refuse both
+    (`autograder.reach`): it is switched off here, to attack the layer beneath it, what the worker receives."""
+    monkeypatch.setattr("autograder.grade.reaches", lambda *args: [])
+    student = _notebook("02")
+    first = release_with(student, tmp_path / "first", {"ch02.PositionalEncoding": _LEAK})
+    limits = Limits(call_timeout_s=5.0)
+
+    def graded(path, exercise_id, through):
+        monkeypatch.setenv("AUTOGRADER_RELEASED_THROUGH", str(through))
+        report = grade_path(path, only=exercise_id, limits=limits)
+        return report, sum(t.score for t in report.tests if t.name.startswith(exercise_id + " "))
+
+    # The self-learner's course (everything released): the worker holds the reference, and the replay works.
+    report, _ = graded(first, "ch02.PositionalEncoding", 12)
+    leaks = _leaks(report)
+    assert set(leaks) == {"_check_even", "pair_frequencies", "positional_encoding"}
+    second = release_with(student, tmp_path / "second", {"ch02.positional_encoding": _replayed(leaks)})
+    _, score = graded(second, "ch02.positional_encoding", 12)
+    assert score == 4.0
+    # A release through chapter 1: the worker holds nothing of chapter 2; what is printed is the student's own.
+    report, _ = graded(first, "ch02.PositionalEncoding", 1)
+    leaks = _leaks(report)
+    assert set(leaks) <= {"positional_encoding"}
+    third = release_with(student, tmp_path / "third", {"ch02.positional_encoding": _replayed(leaks)})
+    _, score = graded(third, "ch02.positional_encoding", 1)
+    assert score == 0.0
+    if "positional_encoding" in leaks:  # the student's own stub, printed: it raises as the stub does
+        with pytest.raises(NotImplementedError):
+            types.FunctionType(marshal.loads(bytes.fromhex(leaks["positional_encoding"])), {})(2, 2)
+
+
+# --- releases at two cut-offs: the files, a fresh install, the grading ----------------------------------
+
+@pytest.fixture(scope="module", params=CUT_OFFS, ids=lambda c: f"through{c:02d}")
+def built(request, tmp_path_factory):
+    return release.build_release(request.param, tmp_path_factory.mktemp(f"release{request.param:02d}"))
+
+
+@pytest.mark.slow
+def test_the_release_holds_no_later_answer(built):
+    skipped: list[str] = []
+    assert release.find_answers(built.folder, built.through, skipped=skipped) == []
+    assert {Path(s.split("!")[-1]).suffix for s in skipped} <= {".safetensors", ".png"}
+    manifest = json.loads((built.folder / "manifest.json").read_text())
+    assert manifest["released_through"] == built.through
+    withheld = {k.partition(":")[2] for k in manifest["withheld"]}
+    assert {n for n, c in release.graded_references().items() if c > built.through} <= withheld
+    assert not (built.folder / "package" / "tfm_solution" / "fast").exists()
+    notebooks = sorted(p.parent.name for p in (built.folder / "chapters").glob("*/*.ipynb"))
+    assert notebooks == sorted(p.parent.name for p in (ROOT / "chapters").glob("*/*.ipynb"))
+    colab = json.loads(next((built.folder / "chapters").glob("06_*/*.ipynb")).read_text())["cells"][0]
+    assert colab["id"] == "colab-install"
+    assert "through" + f"{built.through:02d}" in "".join(colab["source"]) and "git+" not in "".join(colab["source"])
+
+
+_IMPORTS = textwrap.dedent('''
+    import ast, importlib, json, sys
+    from pathlib import Path
+    import tfm_solution
+    assert tfm_solution.__file__.startswith(sys.prefix), tfm_solution.__file__
+    from tfm_solution._release import NotReleased, RELEASED_THROUGH
+    missing = []
+    for path in sorted(Path(sys.argv[1]).glob("*/*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            code = "\\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in "".join(cell["source"]).splitlines())
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    try:
+                        module = importlib.import_module(node.module)
+                        for alias in node.names:
+                            getattr(module, alias.name)
+                    except (ImportError, AttributeError) as exc:
+                        missing.append(f"{path.parent.name}: {node.module} ({exc})")
+    for name, chapter in json.loads(sys.argv[2]).items():
+        if hasattr(tfm_solution, name):
+            try:
+                getattr(tfm_solution, name)(*([1] * 8))
+            except NotReleased as exc:
+                assert exc.chapter == chapter
+            else:
+                raise AssertionError(name + " ran")
+    print(json.dumps(missing))
+''')
+
+
+@pytest.mark.slow
+def test_a_fresh_install_of_the_release_resolves_every_import_and_holds_no_answer(built, tmp_path):
+    """A venv of its own: the locked third-party packages (a path file to them, without the course's own editable
+    install) and the release's wheel, installed from the file."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    locked = Path(subprocess.run([sys.executable, "-c", "import torch, pathlib; print(pathlib.Path(torch.__file__)"
+                                  ".parents[1])"], check=True, capture_output=True, text=True).stdout.strip())
+    (site / "locked.pth").write_text(f"{locked}\n")
+    (wheel,) = (built.folder / "wheel").glob("*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True)
+    names = {n: c for n, c in release.graded_references().items() if c > built.through}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COV_CORE_SOURCE")}
+    done = subprocess.run([str(python), "-c", _IMPORTS, str(built.folder / "chapters"), json.dumps(names)],
+                          capture_output=True, text=True, env={**env, "MPLBACKEND": "Agg"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    missing = json.loads(done.stdout.strip().splitlines()[-1])
+    # Chapter 12's first cells read the student's chapters with the grader's own loader, which no release ships.
+    assert missing == [m for m in missing if m.startswith("12_capstone: autograder")], missing
+    subprocess.run([str(python), "-m", "compileall", "-q", str(site / "tfm_solution")], check=True,
+                   capture_output=True)
+    assert list((site / "tfm_solution").rglob("*.pyc"))
+    assert release.find_answers(site / "tfm_solution", built.through) == []
+
+
+def _score(report, chapter: str) -> tuple[float, float]:
+    ids = tuple(e.id + " " for e in by_chapter(next(p.parent.name for p in (ROOT / "chapters").glob(f"{chapter}_*"))))
+    lines = [t for t in report.tests if t.name.startswith(ids)]
+    return sum(t.score for t in lines), sum(t.max_score for t in lines)
+
+
+@pytest.mark.slow
+def test_the_next_chapter_grades_full_for_the_solution_and_zero_for_the_stubs(built, tmp_path, monkeypatch):
+    """With the release's setting, the chapter students work on (THROUGH + 1) is graded without any of its own
+    chapter's reference in the worker: the solution's answers (each prerequisite the student's own) earn every
+    point, the untouched notebook none."""
+    chapter = f"{built.through + 1:02d}"
+    monkeypatch.setenv("AUTOGRADER_RELEASED_THROUGH", str(built.through))
+    own = [o for e in by_chapter(_notebook(chapter).parent.name) for o in own_prerequisites(e)]
+    assert own, "this cut-off must exercise the student's own prerequisites"
+    solved = solved_release(_notebook(chapter), tmp_path / "solved", _notebook(chapter, "solutions"))
+    got, most = _score(grade_path(solved, chapter=chapter), chapter)
+    assert most > 0 and got == most
+    stub = tmp_path / "stub" / _notebook(chapter).name
+    stub.parent.mkdir()
+    shutil.copy(_notebook(chapter), stub)
+    got, most = _score(grade_path(stub, chapter=chapter), chapter)
+    assert most > 0 and got == 0.0
