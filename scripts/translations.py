@@ -46,6 +46,7 @@ Commands for translators (``python scripts/translations.py ...``):
 - ``stamp PAGE [KEY ...]``: record the hash of the current English for the blocks marked
   ``en=new`` (or for the named keys, after their translation was brought up to date);
 - ``todo diagnoses`` / ``stamp diagnoses [KEY ...]``: the same for the grader's Chinese (``diagnoses.yml``);
+- ``todo grader`` / ``stamp grader [ENGLISH ...]``: the same for the rest of the grader's lines (``grader.yml``);
 - ``build HTML_DIR``: build the Chinese site into ``HTML_DIR/zh`` (``make book`` does this) and check that no
   page shows Markdown's ``*``, ``**`` or backticks as text.
 
@@ -86,6 +87,8 @@ TRANSLATIONS = Path("translations") / LANGUAGE
 SETTINGS = TRANSLATIONS / "site.yml"
 #: The grader's Chinese (its diagnoses of declared mistakes), read by ``autograder.diagnoses_zh``.
 DIAGNOSES = TRANSLATIONS / "diagnoses.yml"
+#: The rest of the grader's Chinese (every other line it writes), read by ``autograder.feedback_zh``.
+GRADER = TRANSLATIONS / "grader.yml"
 HASH_LENGTH = 16
 TODO = "python scripts/translations.py todo"
 #: The note that stands above an English unit shown on a pending page.
@@ -786,6 +789,10 @@ def data_texts(root: Path) -> list[tuple[str, str]]:
     if diagnoses.is_file():
         found += [(f"{DIAGNOSES.as_posix()}: {key[:60]!r}", chinese)
                   for key, chinese in _diagnoses_chinese(yaml.safe_load(diagnoses.read_text()))]
+    grader = root / GRADER
+    if grader.is_file():
+        found += [(f"{GRADER.as_posix()}: {key[:60]!r}", chinese)
+                  for key, chinese in _diagnoses_chinese(yaml.safe_load(grader.read_text()))]
     return found
 
 
@@ -853,6 +860,38 @@ def diagnoses_stamp(root: Path, keys: list[str]) -> int:
         return mark[0]
 
     path.write_text(re.sub(r"^(?P<head>  (?P<key>[^#\s][^\n]*?):\n    en: )(?P<hash>\S+)$", restamp,
+                           path.read_text(encoding="utf-8"), flags=re.M), encoding="utf-8")
+    return 0
+
+
+def grader_problems(root: Path) -> list[str]:
+    """The grader's lines without an up-to-date Chinese unit in ``grader.yml``, and units whose English is gone."""
+    data = yaml.safe_load((root / GRADER).read_text(encoding="utf-8")) if (root / GRADER).is_file() else {}
+    return [f"{GRADER.as_posix()}: {problem}; `{TODO} grader` lists what to translate"
+            for problem in _coverage().grader_missing(data)]
+
+
+def grader_todo(root: Path) -> int:
+    """Print what ``grader.yml`` lacks: a case's line without a unit, a unit edited or never stamped, a template
+    whose English the grader no longer writes."""
+    data = yaml.safe_load((root / GRADER).read_text(encoding="utf-8")) if (root / GRADER).is_file() else {}
+    for problem in _coverage().grader_missing(data):
+        print(f"  {problem}")
+    return 0
+
+
+def grader_stamp(root: Path, keys: list[str]) -> int:
+    """Record the hash of its English (the unit's key) in each unit of ``grader.yml`` marked ``en: new`` and in
+    the named ones (by their English)."""
+    path = root / GRADER
+
+    def restamp(mark: re.Match) -> str:
+        english = json.loads(mark["key"])
+        if mark["hash"] == "new" or english in keys:
+            return f"{mark['head']}{english_hash(english)}"
+        return mark[0]
+
+    path.write_text(re.sub(r'^(?P<head>  (?P<key>"(?:[^"\\]|\\.)*"):\n    en: )(?P<hash>\S+)$', restamp,
                            path.read_text(encoding="utf-8"), flags=re.M), encoding="utf-8")
     return 0
 
@@ -1016,6 +1055,7 @@ def generate(root: Path, out: Path, release_root: Path | None = None, only: str 
     problems += vocabulary_check(root, site, None if only is None else [page.docname for page, _ in pages])
     if only is None:
         problems += diagnoses_problems(root)
+        problems += grader_problems(root)
     glossary = (root / "glossary.md").read_text()
     words = sorted({t.chinese for t in termbase(glossary) if " " not in t.chinese})
     (site / SEARCH_DICTIONARY).write_text("".join(f"{w}\n" for w in words))
@@ -1154,7 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="translated, stale and missing units per page, and termbase findings")
     todo_cmd = commands.add_parser("todo", help="print a page's untranslated units as sidecar blocks")
-    todo_cmd.add_argument("page", help="a docname of _toc.yml, or _toc / _config, or diagnoses (the grader's Chinese)")
+    todo_cmd.add_argument("page", help="a docname of _toc.yml, or _toc / _config, or diagnoses / grader (the grader's Chinese)")
     stamp_cmd = commands.add_parser("stamp", help="record the English hash of new (or named) blocks")
     stamp_cmd.add_argument("page")
     stamp_cmd.add_argument("keys", nargs="*")
@@ -1166,8 +1206,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return status(root)
     if args.command == "todo":
+        if args.page == "grader":
+            return grader_todo(root)
         return diagnoses_todo(root) if args.page == "diagnoses" else todo(root, args.page)
     if args.command == "stamp":
+        if args.page == "grader":
+            return grader_stamp(root, args.keys)
         return diagnoses_stamp(root, args.keys) if args.page == "diagnoses" else stamp(root, args.page, args.keys)
     print(build_site(args.html.resolve(), root, fresh=args.all)[-2000:])
     return 0
