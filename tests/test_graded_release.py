@@ -254,7 +254,11 @@ _IMPORTS = textwrap.dedent('''
     for name, chapter in json.loads(sys.argv[2]).items():
         if hasattr(tfm_solution, name):
             try:
-                getattr(tfm_solution, name)(*([1] * 8))
+                stub = getattr(tfm_solution, name)
+                import inspect
+                required = [p for p in inspect.signature(stub).parameters.values()
+                            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                stub(*([None] * len(required)))
             except NotReleased as exc:
                 assert exc.chapter == chapter
             else:
@@ -281,7 +285,7 @@ def test_a_fresh_install_of_the_release_resolves_every_import_and_holds_no_answe
     names = {n: c for n, c in release.graded_references().items() if c > built.through}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COV_CORE_SOURCE")}
     done = subprocess.run([str(python), "-c", _IMPORTS, str(built.folder / "chapters"), json.dumps(names)],
-                          capture_output=True, text=True, env={**env, "MPLBACKEND": "Agg"}, timeout=300)
+                          capture_output=True, text=True, env={**env, "MPLBACKEND": "Agg"}, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     missing = json.loads(done.stdout.strip().splitlines()[-1])
     # Chapter 12's first cells read the student's chapters with the grader's own loader, which no release ships.
@@ -293,7 +297,7 @@ def test_a_fresh_install_of_the_release_resolves_every_import_and_holds_no_answe
 
 
 def _score(report, chapter: str) -> tuple[float, float]:
-    ids = tuple(e.id + " " for e in by_chapter(next(p.parent.name for p in (ROOT / "chapters").glob(f"{chapter}_*"))))
+    ids = tuple(e.id + " " for e in by_chapter(_notebook(chapter).parent.name))
     lines = [t for t in report.tests if t.name.startswith(ids)]
     return sum(t.score for t in lines), sum(t.max_score for t in lines)
 
@@ -306,7 +310,8 @@ def test_the_next_chapter_grades_full_for_the_solution_and_zero_for_the_stubs(bu
     chapter = f"{built.through + 1:02d}"
     monkeypatch.setenv("AUTOGRADER_RELEASED_THROUGH", str(built.through))
     own = [o for e in by_chapter(_notebook(chapter).parent.name) for o in own_prerequisites(e)]
-    assert own, "this cut-off must exercise the student's own prerequisites"
+    # through 03, chapter 4's `Batch` runs with the student's own `subsequent_mask`
+    assert bool(own) == (built.through == 3), own
     solved = solved_release(_notebook(chapter), tmp_path / "solved", _notebook(chapter, "solutions"))
     got, most = _score(grade_path(solved, chapter=chapter), chapter)
     assert most > 0 and got == most
@@ -315,3 +320,37 @@ def test_the_next_chapter_grades_full_for_the_solution_and_zero_for_the_stubs(bu
     shutil.copy(_notebook(chapter), stub)
     got, most = _score(grade_path(stub, chapter=chapter), chapter)
     assert most > 0 and got == 0.0
+
+
+@pytest.mark.slow
+def test_a_failure_that_comes_from_an_earlier_exercise_says_so(tmp_path, monkeypatch):
+    """Through chapter 3, chapter 4's `Batch` runs with the student's own `subsequent_mask`: a wrong mask costs
+    `subsequent_mask`'s points, and `Batch`'s notes name it as where the failure may come from."""
+    monkeypatch.setenv("AUTOGRADER_RELEASED_THROUGH", "3")
+    answers = solution_answers(_notebook("04", "solutions"))
+    wrong = answers["ch04.subsequent_mask"].replace(".tril()", ".triu()")
+    assert wrong != answers["ch04.subsequent_mask"]
+    path = release_with(_notebook("04"), tmp_path, {**answers, "ch04.subsequent_mask": wrong})
+    report = grade_path(path, chapter="04", limits=Limits(call_timeout_s=5.0))
+    lines = {t.name: t for t in report.tests}
+    assert any(t.score < t.max_score for n, t in lines.items() if n.startswith("ch04.subsequent_mask "))
+    assert any(t.score < t.max_score for n, t in lines.items() if n.startswith("ch04.batch "))
+    notes = lines["ch04.batch notes"].output
+    assert "your own `subsequent_mask`" in notes and "lost points on its own lines above" in notes
+    # the full course: the reference's mask is provided, so `Batch` keeps its points and no such note
+    monkeypatch.delenv("AUTOGRADER_RELEASED_THROUGH")
+    report = grade_path(path, chapter="04", limits=Limits(call_timeout_s=5.0))
+    batch = [t for t in report.tests if t.name.startswith("ch04.batch ")]
+    assert all(t.score == t.max_score for t in batch) and "your own" not in "".join(t.output for t in batch)
+
+
+@pytest.mark.fast
+def test_the_release_cell_installs_the_served_package_only():
+    from tfm_solution.colab import release_cell
+
+    cell = release_cell("https://example.org/transformer_course_student-0.1.0+through05-py3-none-any.whl")
+    assert 'course = "https://example.org/transformer_course_student-0.1.0+through05-py3-none-any.whl"' in cell
+    assert "git+" not in cell
+    for bad in ('https://example.org/x"; import os', "http://example.org/x.whl", "file:///x.whl"):
+        with pytest.raises(ValueError):
+            release_cell(bad)
