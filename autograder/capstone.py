@@ -43,9 +43,10 @@ from autograder.results import ERROR_NOTE, Report, TestResult
 from autograder.sandbox import Limits, Worker, WorkerDied
 
 LIMITS = {"reversal": {"cpu_s": 240, "call_timeout_s": 900.0},
-          "translation": {"cpu_s": 900, "call_timeout_s": 1800.0}}
+          "translation": {"cpu_s": 400, "call_timeout_s": 600.0}}
 """A worker's limits for each part: Part A trains for at most ``TASK["cpu_budget_s"]`` CPU seconds, Part B
-translates the whole test split with beams, uncached (about 80 CPU seconds at the course model's size)."""
+translates the test split with beams, uncached, for at most ``TRANSLATION["cpu_budget_s"]`` (the course model needs
+about 80 CPU seconds); the rest is building the model and loading the weights."""
 
 WEIGHTS_FILE = PurePosixPath("my_model") / "model.safetensors"
 """Where Part B's weights are, next to the capstone notebook (what the notebook's export writes)."""
@@ -59,10 +60,21 @@ DIAGNOSIS_PROBES = 6
 """At most this many extra training runs to find what stops a model from learning."""
 
 SAY = {
-    "greedy": "**Diagnosis: greedy decoding** (chapter 10): your model learned the task, since fed the right prefix it "
-              "gets every token of {forced:.1%} of the held-out sequences right, but your `greedy_decode` reverses only "
-              "{accuracy:.1%} of them. Look at how it feeds each chosen token back, takes the last position's "
-              "prediction, and stops at `</s>`.",
+    "greedy": "**Diagnosis: the decoder sees the future** (chapters 4 and 8): fed the whole target at once, your "
+              "model gets every token of {forced:.1%} of the held-out sequences right, but generating one token at a "
+              "time, as the course's greedy loop does, it reverses only {accuracy:.1%} of them. A model that is right "
+              "only while the next tokens are in its input is reading them: check that your decoder's "
+              "self-attention applies the target mask it is given (`tgt_mask` in `DecoderLayer`), and that your "
+              "`Batch` hides from each target position the positions after it.",
+    "frozen": "**Diagnosis: {name}** ({what}): your model reverses {accuracy:.1%} of the held-out sequences, but "
+              "training never changed {count} of its parameter tensors ({tensors}), all of them inside your "
+              "{classes}: no gradient reaches them, so they keep their random initial values. Look for a "
+              "`.detach()`, a `torch.no_grad()` or `requires_grad=False` on their way to the loss. Hint: {hint}.",
+    "frozen_several": "**Diagnosis: parameters that never learn**: your model reverses {accuracy:.1%} of the "
+                      "held-out sequences, but training never changed {count} of its parameter tensors "
+                      "({tensors}), inside your {classes}: no gradient reaches them, so they keep their random "
+                      "initial values. Look for a `.detach()`, a `torch.no_grad()` or `requires_grad=False` on "
+                      "their way to the loss, in those classes or in what calls them.",
     "alone": "**Diagnosis: {name}** ({what}): with the course's version of it in place of yours, and the rest of your "
              "code unchanged, your model learns the task ({yours}). Hint: {hint}.\n\nThe grader trained your model "
              "again with parts of your code replaced by the course's, as Part A does ({cost}); the share is that of "
@@ -110,13 +122,28 @@ def _held_out_pairs(task, eval_seed: int) -> list:
     return reversal_pairs(task.held_out, task, torch.Generator().manual_seed(eval_seed), evaluation=True)
 
 
+REPLY = ("greedy", "cached", "forced", "tokens_per_s", "uncached_tokens_per_s", "train_cpu_s", "steps",
+         "planned_steps", "curve", "theirs", "changed", "kept_step", "repeatable", "unchanged")
+"""The entries of Part A's reply, in order (``sandboxed.drivers.capstone_reversal``)."""
+
+
+def reply(got) -> dict:
+    """Part A's reply as a mapping of ``REPLY``'s names; a ``ValueError`` when it is not one."""
+    if not (isinstance(got, tuple) and len(got) == len(REPLY)):
+        raise ValueError("the training run did not return the decoded ids")
+    named = dict(zip(REPLY, got))
+    if not all(isinstance(named[k], torch.Tensor) for k in ("greedy", "cached", "forced", "theirs")):
+        raise ValueError("the training run did not return the decoded ids")
+    return named
+
+
 def part_a_scores(eval_seed: int, got) -> tuple[float, float, float]:
     """(accuracy, forced accuracy, agreement) of a Part A reply, scored here against our own sequences."""
     from tfm_solution.capstone import scores
 
-    if not (isinstance(got, tuple) and len(got) == 10 and all(isinstance(t, torch.Tensor) for t in (*got[:3], got[9]))):
-        raise ValueError("the training run did not return the decoded ids")
-    return scores(held_out_pairs(eval_seed), got[0], got[1], got[2], _task().pad, theirs=got[9])
+    named = reply(got)
+    return scores(held_out_pairs(eval_seed), named["greedy"], named["cached"], named["forced"], _task().pad,
+                  theirs=named["theirs"])
 
 
 def _number(value) -> float:
@@ -124,16 +151,24 @@ def _number(value) -> float:
 
 
 def _run_lines(got) -> list[str]:
-    steps, planned, cpu = _number(got[6]), _number(got[7]), _number(got[5])
+    named = reply(got)
+    steps, planned, cpu = _number(named["steps"]), _number(named["planned_steps"]), _number(named["train_cpu_s"])
     budget = spec.TASK["cpu_budget_s"]
     lines = [f"trained {steps:.0f} of {planned:.0f} optimizer steps (counted as the optimizer took them) in "
-             f"{cpu:.1f} CPU seconds (the budget: {budget:.0f})"]
+             f"{cpu:.1f} CPU seconds (the budget: {budget:.0f}); the weights kept are those after step "
+             f"{_number(named['kept_step']):.0f}, where the held-out loss was lowest; training changed "
+             f"{_number(named['changed']):.1%} of your model's parameters"]
     if steps < planned:
         lines[0] += ("; the budget ran out first: your code is slower than it should be" if cpu >= 0.95 * budget
                      else "; your training loop took fewer optimizer steps than its micro-batches call for")
-    lines.append(f"decoding speed, not graded: {_number(got[3]):,.0f} tokens per CPU second cached, "
-                 f"{_number(got[4]):,.0f} uncached")
+    lines.append(f"decoding speed, not graded: {_number(named['tokens_per_s']):,.0f} tokens per CPU second cached, "
+                 f"{_number(named['uncached_tokens_per_s']):,.0f} uncached")
     return lines
+
+
+NOT_REPEATABLE = ("built with dropout 0.1 and holding your trained weights, your model in evaluation mode gives "
+                  "different outputs for the same input twice: dropout is still on after `model.eval()` (an "
+                  "`nn.Dropout` module follows the mode; `F.dropout(x, p)` needs `training=self.training`)")
 
 
 def _accuracy(band: float, eval_seed: int, got) -> tuple[bool, list[str]]:
@@ -141,12 +176,50 @@ def _accuracy(band: float, eval_seed: int, got) -> tuple[bool, list[str]]:
         accuracy, forced, _ = part_a_scores(eval_seed, got)
     except ValueError as exc:
         return False, [str(exc)]
+    named = reply(got)
     lines = [f"exact match: {accuracy:.1%} of {_task().held_out} held-out sequences reversed by your model, decoded "
              f"by the course's greedy loop (this line: at least {band:.0%}; full marks from "
              f"{spec.ACCURACY_BANDS[-1]:.0%})",
              f"fed the right prefix (teacher forcing), your model gets every token right on {forced:.1%} of them",
              *_run_lines(got)]
-    return accuracy >= band, lines
+    passed = accuracy >= band
+    if _number(named["changed"]) == 0:
+        passed = False
+        lines.insert(0, "training changed none of your model's parameters: what it reverses, it did not learn")
+    if band == spec.ACCURACY_BANDS[-1] and named["repeatable"] is False:
+        passed = False
+        lines.insert(0, NOT_REPEATABLE + "; full marks need a model that is deterministic in evaluation")
+    frozen = _frozen(named)
+    if band == spec.ACCURACY_BANDS[-1] and frozen and _number(named["changed"]) > 0:
+        passed = False
+        lines.insert(0, f"training left {len(frozen)} of your model's parameter tensors exactly as they were "
+                        f"initialised ({_listed(frozen)}): no gradient ever reached them; full marks need every "
+                        "parameter to learn")
+    return passed, lines
+
+
+def _frozen(named: dict) -> list[tuple[str, str]]:
+    """(parameter, class holding it) of each tensor training never changed, from the reply's ``unchanged``."""
+    found = (re.fullmatch(r"(\S+) \((\w+)\)", entry) for entry in named.get("unchanged") or ()
+             if isinstance(entry, str))
+    return [(m.group(1), m.group(2)) for m in found if m]
+
+
+def _listed(frozen: list[tuple[str, str]], shown: int = 4) -> str:
+    names = ", ".join(f"`{name}`" for name, _ in frozen[:shown])
+    return names + (f" and {len(frozen) - shown} more" if len(frozen) > shown else "")
+
+
+def first_difference(cached: torch.Tensor, uncached: torch.Tensor, pad: int) -> int | None:
+    """The earliest generated position (1 = the first token after ``<s>``) where the two decoders' ids differ in
+    any sequence, or ``None`` where they agree everywhere."""
+    width = max(cached.size(1), uncached.size(1))
+
+    def widen(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t.long(), torch.full((t.size(0), width - t.size(1)), pad, dtype=torch.long)], dim=1)
+
+    differs = (widen(cached) != widen(uncached)).any(0).nonzero()
+    return int(differs[0]) if len(differs) else None
 
 
 def _agreement(_: float, eval_seed: int, got) -> tuple[bool, list[str]]:
@@ -159,9 +232,21 @@ def _agreement(_: float, eval_seed: int, got) -> tuple[bool, list[str]]:
     if same == n:
         return True, [f"your cached and uncached greedy decoders give the same tokens on all {n} sequences",
                       *_run_lines(got)]
-    return False, [f"your cached decoder differs from your uncached one on {n - same} of {n} sequences: check the "
-                   "position of the positional encoding at each step, the order of the sublayers, the static "
-                   "cross-attention cache and the final norm (chapter 11)", *_run_lines(got)]
+    named = reply(got)
+    where = first_difference(named["cached"], named["theirs"], _task().pad)
+    if where is not None and where <= 1:
+        # The first token comes from one position: self-attention over it is the same whatever its scale or cache,
+        # and its position is 0 either way, so a difference there lies in what reads the source or the last norm.
+        hint = ("they differ already at the first token, which self-attention over one position cannot change: "
+                "look at the cached step's cross-attention (its scale 1/sqrt(d_k), the memory's keys and values it "
+                "keeps, the source mask) and at the decoder's final norm")
+    else:
+        hint = (f"they first differ at token {where}: look at the cached step's two attentions (each scaled by "
+                "1/sqrt(d_k); cross-attention over the memory's keys and values kept from the first step, "
+                "self-attention over keys and values appended in order), the position the positional encoding "
+                "adds at each step, and the order of the sublayers")
+    return False, [f"your cached decoder differs from your uncached one on {n - same} of {n} sequences; {hint} "
+                   "(chapter 11)", *_run_lines(got)]
 
 
 # ----------------------------------------------------------------------------- Part B's data and verdicts
@@ -188,13 +273,32 @@ def translations(got) -> list[str]:
     return [tokenizer.decode_tgt([i for i in row[1:] if 0 <= i < 10**6]) for row in got.tolist()]
 
 
+def _budget_lines(got) -> list[str]:
+    """A line when the translation's CPU budget ran out before every sentence was translated (``translate_part_b``
+    leaves those rows as padding alone)."""
+    left = int((got[:, 0] == _translation_task_pad()).sum())
+    if not left:
+        return []
+    budget = spec.TRANSLATION["cpu_budget_s"]
+    return [f"the translation stopped when its {budget:.0f} CPU seconds ran out, with {left} of {got.size(0)} "
+            "sentences left (scored as empty translations); the course model translates them all in about 80. A "
+            "model whose hypotheses rarely end with `</s>` runs every beam to its longest: look at what your "
+            "model gives `</s>` and at how your `beam_step` finishes hypotheses"]
+
+
+def _translation_task_pad() -> int:
+    from tfm_solution.capstone import TranslationTask
+
+    return TranslationTask().pad
+
+
 def _translates(_: float, shown: int, got) -> tuple[bool, list[str]]:
     try:
         texts = translations(got)
     except ValueError as exc:
         return False, [str(exc)]
     empty = sum(not t.strip() for t in texts)
-    return empty < len(texts), [f"{len(texts)} sentences translated ({empty} of them empty)"]
+    return empty < len(texts), [f"{len(texts)} sentences translated ({empty} of them empty)", *_budget_lines(got)]
 
 
 def _bleu(band: float, shown: int, got) -> tuple[bool, list[str]]:
@@ -211,7 +315,7 @@ def _bleu(band: float, shown: int, got) -> tuple[bool, list[str]]:
     examples = "\n".join(f"{texts[i]}\n    (reference: {references[i]})" for i in picked)
     return score >= band, [f"sacreBLEU {score:.2f} on {len(texts)} sentences of Multi30k's {split} split (this line: "
                            f"at least {band:g}; full marks from {spec.BLEU_BANDS[-1]:g})",
-                           "three of your translations:\n\n" + fenced(examples)]
+                           *_budget_lines(got), "three of your translations:\n\n" + fenced(examples)]
 
 
 spec.JUDGES.update(accuracy=_accuracy, agreement=_agreement, translates=_translates, bleu=_bleu)
@@ -407,7 +511,20 @@ class CapstoneRun(ExerciseRun):
 
     def _run(self, number: int) -> TestResult:
         result = self._run_case(number)
-        return replace(result, output=_RAISED_IN.sub(self._located, result.output))
+        output = _RAISED_IN.sub(self._located, result.output)
+        if self.attached:
+            output = _WEIGHT_INPUTS.sub(self._inputs_summary(), output)
+        return replace(result, output=output)
+
+    def _inputs_summary(self) -> str:
+        """Part B's inputs in one line: a tensor per weight would bury the verdict under pages of shapes."""
+        weights, sources = self.attached[1:-1], self.attached[-1]
+        dtypes = ", ".join(sorted({str(w.dtype).removeprefix("torch.") for w in weights}))
+        task = spec.TRANSLATION
+        return (f"Inputs: your {len(weights)} weight tensors ({sum(w.numel() for w in weights):,} numbers, {dtypes}), "
+                f"the {sources.size(0):,} test sentences as ids {tuple(sources.shape)}, decoded with beams of "
+                f"{task['beam_size']}, length penalty {task['alpha']:g}, at most {task['max_extra']} ids more than "
+                f"each batch's longest source, within {task['cpu_budget_s']:g} CPU seconds")
 
     def _located(self, found: re.Match) -> str:
         """``raised in chunk N, line L`` as the chunk's place in the student's notebooks (chapter, answer, line)."""
@@ -465,11 +582,30 @@ class CapstoneRun(ExerciseRun):
                 accuracy, forced, _ = part_a_scores(eval_seed, value)
             except ValueError:
                 accuracy = forced = None
+            if accuracy is not None and accuracy >= band:
+                # The model learned: what cost the points (dropout left on, no training) is in its line, except
+                # parameters that never learn, whose classes say where to look.
+                return self._frozen_diagnosis(reply(value), accuracy)
             if forced is not None and forced >= band:
                 return _say(self.language, "greedy", forced=forced, accuracy=accuracy)
             if accuracy is not None:
                 yours = _say(self.language, "yours", accuracy=accuracy, forced=forced)
         return self._search(eval_seed, yours, self.language)
+
+    def _frozen_diagnosis(self, named: dict, accuracy: float) -> str | None:
+        """The component holding every parameter that training never changed (``None``: there are none)."""
+        frozen = _frozen(named)
+        if not frozen or _number(named["changed"]) == 0:
+            return None
+        classes = list(dict.fromkeys(holder for _, holder in frozen))
+        holding = {c for c in spec.COMPONENTS if set(classes) <= set(c[2])}
+        fields = {"accuracy": accuracy, "count": len(frozen), "tensors": _listed(frozen),
+                  "classes": ", ".join(f"`{c}`" for c in classes)}
+        if len(holding) != 1:
+            return _say(self.language, "frozen_several", **fields)
+        name, what, _, _, hint = (_component(self.language, part) if isinstance(part, str) else part
+                                  for part in holding.pop())
+        return _say(self.language, "frozen", name=name, what=what, hint=hint, **fields)
 
     def _search(self, eval_seed: int, yours: str, language: str = "en") -> str:
         components = spec.COMPONENTS
@@ -536,6 +672,9 @@ class CapstoneRun(ExerciseRun):
             if worker is not None:
                 worker.kill()
 
+
+_WEIGHT_INPUTS = re.compile(r"^Inputs: your \d+ weight tensors, .*$", re.MULTILINE)
+"""The generic line of a case's inputs, which for Part B lists every weight tensor's shape."""
 
 _RAISED_IN = re.compile(r"raised in chunk (\d+), line (\d+)")
 """Where the worker says an error of the student's code was raised (``sandboxed.drivers._located``)."""

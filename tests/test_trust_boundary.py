@@ -530,7 +530,7 @@ def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, 
 def test_the_capstone_judges_the_students_model_not_the_students_decoder(tmp_path):
     """Greedy decoders that return `<s>` and the reversed source without the model, and a training loop that does
     nothing, got 12/12 ("trained 400 of 400 steps"). The accuracy is now that of the course's greedy loop over the
-    student's model, and the steps are counted as the optimizer takes them: no point for accuracy."""
+    student's model, and the steps and the parameters changed are measured by the harness: no point for accuracy."""
     import importlib.util
 
     from autograder.grade import grade_path
@@ -538,23 +538,16 @@ def test_the_capstone_judges_the_students_model_not_the_students_decoder(tmp_pat
     script = importlib.util.spec_from_file_location("capstone_diagnosis", REPO_ROOT / "scripts" / "capstone_diagnosis.py")
     module = importlib.util.module_from_spec(script)
     script.loader.exec_module(module)
+    from autograder.exercises.ch12_capstone import TASK
+
     folder = tmp_path / "course"
     for number, (grade_id, source) in enumerate(_CHEAT.items()):
-        if number == 0:
-            module.submission_with(folder, grade_id, source)
-            continue
-        path = folder / module.notebook_of(grade_id).relative_to(REPO_ROOT / "solutions")
-        import nbformat
-
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-                cell.source = source.strip("\n")
-        nbformat.write(nb, path)
+        module.submission_with(folder, grade_id, source, fresh=number == 0)
     report = grade_path(folder, chapter="12", only="ch12.reversal", public_only=False)
     accuracy = [t for t in report.tests if "exact match" in t.name]
     assert accuracy and all(t.score == 0 for t in accuracy), [(t.name, t.score) for t in report.tests]
-    assert "trained 0 of 400 optimizer steps" in accuracy[0].output, accuracy[0].output
+    assert f"trained 0 of {TASK['steps']} optimizer steps" in accuracy[0].output, accuracy[0].output
+    assert "training changed none of your model's parameters" in accuracy[0].output, accuracy[0].output
 
 
 def test_the_code_that_runs_in_the_sandbox_imports_nothing_of_the_grader():

@@ -24,19 +24,20 @@ from autograder.exercises.shared import Case, Exercise, dim, generators
 CHAPTER, NOTEBOOK = "12_capstone", "capstone.ipynb"
 
 TASK = {"module": "ReversalTask", "symbols": 10, "min_len": 4, "max_len": 10, "layers": 2, "d_model": 32, "d_ff": 64,
-        "heads": 4, "dropout": 0.0, "steps": 400, "batch_size": 32, "accum_iter": 2, "factor": 1.0, "warmup": 100,
-        "smoothing": 0.0, "chunks": 20, "held_out": 500, "seed": 0, "cpu_budget_s": 90.0}
+        "heads": 4, "dropout": 0.0, "steps": 600, "batch_size": 32, "accum_iter": 2, "factor": 0.5, "warmup": 100,
+        "smoothing": 0.0, "chunks": 30, "held_out": 500, "seed": 0, "cpu_budget_s": 90.0}
 """Part A's task and budget (``tfm_solution.capstone.ReversalTask``), built on both sides from this description."""
 
-ACCURACY_BANDS = (0.5, 0.8, 0.95)
-"""Part A: a case per band of held-out exact match; full marks from 95%."""
+ACCURACY_BANDS = (0.5, 0.8, 0.93)
+"""Part A: a case per band of held-out exact match; full marks from 93%, at least three points below the worst of
+the correct courses of ``tfm_solution/assets/capstone_seeds.json`` (20 training seeds each, ``scripts/capstone_seeds.py``)."""
 
 PUBLIC_EVAL_SEED = 1
 """The held-out sequences of the public case (the cached decoder's agreement); the bands use fresh ones."""
 
 TRANSLATION = {"module": "TranslationTask", "src_vocab": 5000, "tgt_vocab": 5000, "layers": 3, "d_model": 128,
                "d_ff": 512, "heads": 4, "dropout": 0.1, "beam_size": 4, "alpha": 0.6, "max_extra": 50,
-               "batch_size": 64}
+               "batch_size": 64, "cpu_budget_s": 200.0}
 """Part B: the course model's size and the decoding of its model card (``tfm_solution.capstone.TranslationTask``)."""
 
 BLEU_BANDS = (15.0, 22.0, 28.0)
@@ -183,8 +184,9 @@ PROCEDURES = {
                  "tfm_solution.capstone:Evaluation", "tfm_solution.capstone:held_out",
                  "tfm_solution.capstone:reversal_pairs", "tfm_solution.capstone:padded",
                  "tfm_solution.capstone:forced_predictions", "tfm_solution.capstone:course_greedy",
-                 "tfm_solution.capstone:one_thread",
+                 "tfm_solution.capstone:repeatable", "tfm_solution.capstone:one_thread",
                  "tfm_solution.capstone:train_reversal", "tfm_solution.capstone:_train_reversal",
+                 "tfm_solution.capstone:_holder",
                  "tfm_solution.capstone:evaluate_reversal", "tfm_solution.capstone:_evaluate_reversal"),
     "translation": ("tfm_solution.masks:subsequent_mask", "tfm_solution.decoding:IncrementalDecoder",
                     "tfm_solution.decoding:_check", "tfm_solution.decoding:Hypothesis",
@@ -480,3 +482,91 @@ def train_with_accumulation(model, batches, loss_compute, optimizer, scheduler, 
 """A bug for every component of ``COMPONENTS``: (the answer cell it replaces, what it does, the cell's code).
 ``scripts/capstone_diagnosis.py`` submits each with the solution's other answers and records what the
 diagnosis names; ``tests/test_chapters_capstone.py`` checks which pass their chapter's visible tests."""
+
+ALSO_PLANTED: dict[str, tuple[str, str, str, str]] = {
+    "dropout in evaluation": ("ch06-positionwise-feed-forward", "`F.dropout(x, p)`, which stays on after "
+                              "`model.eval()`: harmless at Part A's dropout 0, wrong wherever dropout is not 0",
+                              "dropout is still on after `model.eval()`", '''
+from torch import nn
+from torch.nn import functional as F
+
+
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+    def forward(self, x):
+        return self.w_2(F.dropout(self.w_1(x).relu(), self.p))
+'''),
+    "unscaled cached cross-attention": ("ch11-greedy-decode-cached", "the cached decoder's cross-attention without "
+                                        "the 1/sqrt(d_k) scale: its tokens drift from the uncached decoder's",
+                                        "scaled by 1/sqrt(d_k)", '''
+def greedy_decode_cached(model, src, src_mask, max_len, start_symbol, end_symbol=None, pad=2):
+    memory = model.encode(src, src_mask)
+    layers = model.decoder.layers
+    embed, position = model.tgt_embed[0], model.tgt_embed[1]
+
+    def heads(attn, t):
+        return t.view(t.size(0), -1, attn.h, attn.d_k).transpose(1, 2)
+
+    cross = [(heads(l.src_attn, l.src_attn.linears[1](memory)), heads(l.src_attn, l.src_attn.linears[2](memory)))
+             for l in layers]
+    past = [(None, None)] * len(layers)
+
+    def cross_attention(attn, y, k, v):
+        q = heads(attn, attn.linears[0](y))
+        scores = (q @ k.transpose(-2, -1)).masked_fill(src_mask.unsqueeze(1) == 0, -1e9)
+        out = scores.softmax(dim=-1) @ v
+        return attn.linears[-1](out.transpose(1, 2).contiguous().view(y.size(0), -1, attn.h * attn.d_k))
+
+    ys = torch.full((src.size(0), 1), start_symbol, dtype=torch.long, device=src.device)
+    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for t in range(max_len - 1):
+        x = position.dropout(embed(ys[:, -1:]) + position.pe[:, t:t + 1])
+        for i, layer in enumerate(layers):
+            def self_attention(y, i=i, layer=layer):
+                out, k, v = cached_self_attention(layer.self_attn, y, *past[i])
+                past[i] = (k, v)
+                return out
+            x = layer.sublayer[0](x, self_attention)
+            x = layer.sublayer[1](x, lambda y, layer=layer, i=i: cross_attention(layer.src_attn, y, *cross[i]))
+            x = layer.sublayer[2](x, layer.feed_forward)
+        next_word = model.generator(model.decoder.norm(x)[:, -1]).argmax(dim=-1)
+        next_word = next_word.masked_fill(finished, pad)
+        ys = torch.cat([ys, next_word[:, None]], dim=1)
+        if end_symbol is not None:
+            finished |= next_word == end_symbol
+            if bool(finished.all()):
+                break
+    return ys
+'''),
+    "mask tiled across the batch": ("ch05-multiheaded-attention", "the mask repeated h times and viewed as (batch, h, "
+                                    "...): right for a batch of one, another sequence's padding for the others",
+                                    "**Diagnosis: multi-head attention**", '''
+from torch import nn
+
+
+class MultiHeadedAttention(nn.Module):
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__()
+        assert d_model % h == 0
+        self.d_k = d_model // h
+        self.h = h
+        self.linears = clones(nn.Linear(d_model, d_model), 4)
+        self.attn = None
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            mask = mask.repeat(self.h, 1, 1).view(query.size(0), self.h, mask.size(-2), mask.size(-1))
+        query, key, value = (split_heads(lin(x), self.h) for lin, x in zip(self.linears, (query, key, value)))
+        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
+        return self.linears[3](merge_heads(x))
+'''),
+}
+"""Bugs that are not one component's failure to learn, each as (the answer cell it replaces, what it does, what the
+grade must say, the cell's code): a dropout left on in evaluation, a cached decoder that disagrees, a mask right only
+for a batch of one. ``scripts/capstone_diagnosis.py`` grades them beside ``PLANTED``."""

@@ -59,7 +59,9 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     Returns ids, never shares (the harness scores them against the sequences it draws itself):
     ``(the course loop's ids, their cached ids, teacher-forced predictions, cached tokens/s, uncached
     tokens/s, training CPU seconds, optimizer steps taken, planned steps, loss curve (chunks + 1, 2),
-    their uncached ids)``.
+    their uncached ids, share of parameters changed, step of the kept weights, repeatable in evaluation, names of
+    the parameter tensors training never changed)``
+    (``autograder.capstone.REPLY`` names them).
     """
     import torch
 
@@ -75,7 +77,8 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
         raise _located(exc) from None
     return (found.greedy, found.cached, found.forced, found.tokens_per_s, found.uncached_tokens_per_s,
             trained.train_cpu_s, trained.steps, trained.planned_steps,
-            torch.tensor(trained.curve, dtype=torch.float64), found.theirs)
+            torch.tensor(trained.curve, dtype=torch.float64), found.theirs, trained.changed, trained.kept_step,
+            found.repeatable, trained.unchanged)
 
 
 def capstone_translation(fn, args: list, classes: dict):
