@@ -67,12 +67,13 @@ SAY = {
               "self-attention applies the target mask it is given (`tgt_mask` in `DecoderLayer`), and that your "
               "`Batch` hides from each target position the positions after it.",
     "frozen": "**Diagnosis: {name}** ({what}): your model reverses {accuracy:.1%} of the held-out sequences, but "
-              "training never changed {count} of its parameter tensors ({tensors}), all of them inside your "
-              "{classes}: no gradient reaches them, so they keep their random initial values. Look for a "
-              "`.detach()`, a `torch.no_grad()` or `requires_grad=False` on their way to the loss. Hint: {hint}.",
+              "training never changed {count} of its parameter tensors ({tensors}): no gradient reaches them, so they "
+              "keep their random initial values. The gradient stops in your {classes}: its output carries no "
+              "gradient back to its input (look for a `.detach()` or a `torch.no_grad()` in its `forward`). "
+              "Hint: {hint}.",
     "frozen_several": "**Diagnosis: parameters that never learn**: your model reverses {accuracy:.1%} of the "
                       "held-out sequences, but training never changed {count} of its parameter tensors "
-                      "({tensors}), inside your {classes}: no gradient reaches them, so they keep their random "
+                      "({tensors}), held by your {classes}: no gradient reaches them, so they keep their random "
                       "initial values. Look for a `.detach()`, a `torch.no_grad()` or `requires_grad=False` on "
                       "their way to the loss, in those classes or in what calls them.",
     "alone": "**Diagnosis: {name}** ({what}): with the course's version of it in place of yours, and the rest of your "
@@ -123,7 +124,7 @@ def _held_out_pairs(task, eval_seed: int) -> list:
 
 
 REPLY = ("greedy", "cached", "forced", "tokens_per_s", "uncached_tokens_per_s", "train_cpu_s", "steps",
-         "planned_steps", "curve", "theirs", "changed", "kept_step", "repeatable", "unchanged")
+         "planned_steps", "curve", "theirs", "changed", "kept_step", "repeatable", "unchanged", "cut_by")
 """The entries of Part A's reply, in order (``sandboxed.drivers.capstone_reversal``)."""
 
 
@@ -593,19 +594,21 @@ class CapstoneRun(ExerciseRun):
         return self._search(eval_seed, yours, self.language)
 
     def _frozen_diagnosis(self, named: dict, accuracy: float) -> str | None:
-        """The component holding every parameter that training never changed (``None``: there are none)."""
+        """Where the gradient stops, when training left parameters as they were (``None``: it left none). A
+        component is named only when the classes that cut the graph (measured in the worker) are all its own."""
         frozen = _frozen(named)
         if not frozen or _number(named["changed"]) == 0:
             return None
-        classes = list(dict.fromkeys(holder for _, holder in frozen))
-        holding = {c for c in spec.COMPONENTS if set(classes) <= set(c[2])}
-        fields = {"accuracy": accuracy, "count": len(frozen), "tensors": _listed(frozen),
-                  "classes": ", ".join(f"`{c}`" for c in classes)}
+        cut_by = [c for c in named.get("cut_by") or () if isinstance(c, str)]
+        holding = [c for c in spec.COMPONENTS if cut_by and set(cut_by) <= set(c[2])]
+        fields = {"accuracy": accuracy, "count": len(frozen), "tensors": _listed(frozen)}
         if len(holding) != 1:
-            return _say(self.language, "frozen_several", **fields)
+            classes = dict.fromkeys(holder for _, holder in frozen)
+            return _say(self.language, "frozen_several", classes=", ".join(f"`{c}`" for c in classes), **fields)
         name, what, _, _, hint = (_component(self.language, part) if isinstance(part, str) else part
-                                  for part in holding.pop())
-        return _say(self.language, "frozen", name=name, what=what, hint=hint, **fields)
+                                  for part in holding[0])
+        return _say(self.language, "frozen", name=name, what=what, hint=hint,
+                    classes=", ".join(f"`{c}`" for c in cut_by), **fields)
 
     def _search(self, eval_seed: int, yours: str, language: str = "en") -> str:
         components = spec.COMPONENTS

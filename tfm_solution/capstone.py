@@ -85,7 +85,8 @@ class Trained:
     due so far, held-out loss per token) after each chunk of training, the steps due when the kept weights were
     reached, the share of the model's parameters (elements) those weights changed from the initial ones, and the
     parameter tensors they left exactly as initialised (no gradient ever reached them), each as
-    ``"name (Class)"`` with the innermost of the student's classes that holds it."""
+    ``"name (Class)"`` with the innermost of the student's classes that holds it, and, where there are such
+    tensors, the student's classes that cut the graph (``cut_by``)."""
 
     model: Any
     steps: int
@@ -95,6 +96,7 @@ class Trained:
     kept_step: int = 0
     changed: float = 0.0
     unchanged: tuple[str, ...] = ()
+    cut_by: tuple[str, ...] = ()
 
 
 @dataclass
@@ -290,9 +292,48 @@ def _train_reversal(parts: Mapping[str, Any], task: ReversalTask,
     if best[2] is not None:
         model.load_state_dict(best[2])
     differs = {name: int((p.detach() != initial[name]).sum()) for name, p in model.named_parameters()}
+    unchanged = tuple(f"{name} ({_holder(model, name)})" for name, count in differs.items() if not count)
     return Trained(model, taken[0], task.steps, train_cpu_s, curve, kept_step=best[1],
                    changed=sum(differs.values()) / max(sum(p.numel() for p in initial.values()), 1),
-                   unchanged=tuple(f"{name} ({_holder(model, name)})" for name, count in differs.items() if not count))
+                   unchanged=unchanged, cut_by=_cut_by(model, watched) if unchanged else ())
+
+
+def _cut_by(model: nn.Module, batch: Any) -> tuple[str, ...]:
+    """The student's classes that cut the graph in one forward pass of ``batch``: the innermost modules whose
+    output carries no gradient back to inputs that have one (a ``.detach()`` inside), or that run a module of
+    theirs with gradients switched off (a ``torch.no_grad()`` around it)."""
+    cut: list[nn.Module] = []
+    entered: list[tuple[nn.Module, bool]] = []
+
+    def enter(module: nn.Module, inputs: tuple) -> None:
+        grad = torch.is_grad_enabled()
+        if not grad and entered and entered[-1][1]:
+            cut.append(entered[-1][0])  # the caller switched gradients off around this module
+        entered.append((module, grad))
+
+    def leave(module: nn.Module, inputs: tuple, output: Any) -> None:
+        entered.pop()
+        ins = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+        outs = [t for t in (output if isinstance(output, (tuple, list)) else (output,))
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+        if not torch.is_grad_enabled() or not ins:
+            return
+        grads = (torch.autograd.grad(sum(t.sum() for t in outs), ins, allow_unused=True, retain_graph=True)
+                 if outs else [None])
+        if all(g is None for g in grads):
+            cut.append(module)
+
+    theirs = [m for m in model.modules() if not type(m).__module__.startswith("torch.")]
+    hooks = [h for m in theirs for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+    try:
+        with torch.enable_grad():
+            model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # A module holding a cut one is cut too: keep the innermost.
+    inner = [m for m in cut if not any(o is not m and any(o is d for d in m.modules()) for o in cut)]
+    return tuple(dict.fromkeys(type(m).__name__ for m in inner))
 
 
 def _holder(model: nn.Module, name: str) -> str:

@@ -186,7 +186,7 @@ PROCEDURES = {
                  "tfm_solution.capstone:forced_predictions", "tfm_solution.capstone:course_greedy",
                  "tfm_solution.capstone:repeatable", "tfm_solution.capstone:one_thread",
                  "tfm_solution.capstone:train_reversal", "tfm_solution.capstone:_train_reversal",
-                 "tfm_solution.capstone:_holder",
+                 "tfm_solution.capstone:_holder", "tfm_solution.capstone:_cut_by",
                  "tfm_solution.capstone:evaluate_reversal", "tfm_solution.capstone:_evaluate_reversal"),
     "translation": ("tfm_solution.masks:subsequent_mask", "tfm_solution.decoding:IncrementalDecoder",
                     "tfm_solution.decoding:_check", "tfm_solution.decoding:Hypothesis",

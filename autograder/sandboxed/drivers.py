@@ -60,7 +60,7 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     ``(the course loop's ids, their cached ids, teacher-forced predictions, cached tokens/s, uncached
     tokens/s, training CPU seconds, optimizer steps taken, planned steps, loss curve (chunks + 1, 2),
     their uncached ids, share of parameters changed, step of the kept weights, repeatable in evaluation, names of
-    the parameter tensors training never changed)``
+    the parameter tensors training never changed, the classes that cut the graph)``
     (``autograder.capstone.REPLY`` names them).
     """
     import torch
@@ -78,7 +78,7 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     return (found.greedy, found.cached, found.forced, found.tokens_per_s, found.uncached_tokens_per_s,
             trained.train_cpu_s, trained.steps, trained.planned_steps,
             torch.tensor(trained.curve, dtype=torch.float64), found.theirs, trained.changed, trained.kept_step,
-            found.repeatable, trained.unchanged)
+            found.repeatable, trained.unchanged, trained.cut_by)
 
 
 def capstone_translation(fn, args: list, classes: dict):
