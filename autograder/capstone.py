@@ -207,8 +207,8 @@ def _frozen(named: dict) -> list[tuple[str, str]]:
 
 
 def _listed(frozen: list[tuple[str, str]], shown: int = 4) -> str:
-    names = ", ".join(f"`{name}`" for name, _ in frozen[:shown])
-    return names + (f" and {len(frozen) - shown} more" if len(frozen) > shown else "")
+    """The first ``shown`` names, then an ellipsis (the line gives the count, in any language)."""
+    return ", ".join([f"`{name}`" for name, _ in frozen[:shown]] + ["…"] * (len(frozen) > shown))
 
 
 def first_difference(cached: torch.Tensor, uncached: torch.Tensor, pad: int) -> int | None:

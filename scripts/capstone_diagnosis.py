@@ -1,7 +1,7 @@
 """Chapter 12's diagnosis, on a planted bug in every component: what the grader names, and at what cost.
 
-    python scripts/capstone_diagnosis.py                  # every bug of ch12_capstone.PLANTED
-    python scripts/capstone_diagnosis.py attention loss   # some of them
+    python scripts/capstone_diagnosis.py                  # every bug of ch12_capstone.PLANTED and ALSO_PLANTED
+    python scripts/capstone_diagnosis.py attention loss   # some of them (printed, not recorded)
 
 For each planted bug: does it pass its own chapter's visible tests (run here against the buggy answer,
 with the rest of that chapter's solution), and what does Part A's grader make of the solution's
@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shlex
 import shutil
 import sys
 import tempfile
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autograder.course_code import PREAMBLE, run_course  # noqa: E402
-from autograder.exercises.ch12_capstone import COMPONENTS, PLANTED, TASK  # noqa: E402
+from autograder.exercises.ch12_capstone import ACCURACY_BANDS, ALSO_PLANTED, COMPONENTS, PLANTED, TASK  # noqa: E402
 from autograder.grade import grade_path  # noqa: E402
 
 OUT = REPO / "tfm_solution" / "assets" / "capstone_diagnosis.json"
@@ -89,9 +88,11 @@ def visible_tests(grade_id: str, source: str) -> str | None:
     return None
 
 
-def submission_with(folder: Path, grade_id: str, source: str) -> Path:
-    """A copy of the solution notebooks in ``folder`` whose answer ``grade_id`` is ``source``."""
-    shutil.copytree(REPO / "solutions", folder, ignore=shutil.ignore_patterns("my_model"))
+def submission_with(folder: Path, grade_id: str, source: str, fresh: bool = True) -> Path:
+    """A copy of the solution notebooks in ``folder`` whose answer ``grade_id`` is ``source`` (``fresh=False``:
+    rewrite the copy already there)."""
+    if fresh:
+        shutil.copytree(REPO / "solutions", folder, ignore=shutil.ignore_patterns("my_model"))
     path = folder / notebook_of(grade_id).relative_to(REPO / "solutions")
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
@@ -102,32 +103,41 @@ def submission_with(folder: Path, grade_id: str, source: str) -> Path:
 
 
 def diagnose(component: str) -> dict:
-    grade_id, what, source = PLANTED[component]
+    """Grade the solution with the bug ``component`` (a key of ``PLANTED`` or ``ALSO_PLANTED``) in place of its
+    answer: the score, what the diagnosis names and, for ``ALSO_PLANTED``, whether the grade says what it must."""
+    also = component in ALSO_PLANTED
+    grade_id, what, *shows, source = ALSO_PLANTED[component] if also else PLANTED[component]
     with tempfile.TemporaryDirectory(prefix="capstone-bug-") as scratch:
         report = grade_path(submission_with(Path(scratch) / "course", grade_id, source), chapter="12",
                             only="ch12.reversal")
     lines = {t.name: t.output for t in report.tests}
-    top = next(out for name, out in lines.items() if "exact match at least 95%" in name)
+    top = next(out for name, out in lines.items() if f"exact match at least {ACCURACY_BANDS[-1]:.0%}" in name)
     notes = next((out for name, out in lines.items() if name.endswith("notes")), "")
     named = re.search(r"\*\*Diagnosis: ([^*]+)\*\*", notes)
     runs = re.search(r"\((\d+) more training runs, (\d+) CPU seconds", notes)
     accuracy = re.search(r"exact match: ([\d.]+)%", top)
-    return {"component": component, "bug": what, "visible_tests": visible_tests(grade_id, source) or "pass",
-            "score": report.exercise_score("ch12.reversal"),
-            "accuracy": float(accuracy.group(1)) / 100 if accuracy else None,
-            "raised": None if accuracy else top.split("\n\n")[-1][:200],
-            "named": named.group(1) if named else None, "right": bool(named) and named.group(1) == component,
-            "runs": int(runs.group(1)) if runs else 0, "probe_cpu_s": int(runs.group(2)) if runs else 0}
+    row = {"component": component, "bug": what, "visible_tests": visible_tests(grade_id, source) or "pass",
+           "score": report.exercise_score("ch12.reversal"),
+           "accuracy": float(accuracy.group(1)) / 100 if accuracy else None,
+           "raised": None if accuracy else top.split("\n\n")[-1][:200],
+           "named": named.group(1) if named else None, "right": bool(named) and named.group(1) == component,
+           "runs": int(runs.group(1)) if runs else 0, "probe_cpu_s": int(runs.group(2)) if runs else 0}
+    if also:
+        row.update(right=shows[0] in "\n".join(lines.values()), says=shows[0])
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
-    chosen = (argv if argv is not None else sys.argv[1:]) or [c[0] for c in COMPONENTS]
+    chosen = (argv if argv is not None else sys.argv[1:]) or [*(c[0] for c in COMPONENTS), *ALSO_PLANTED]
     rows = []
     for component in chosen:
         rows.append(diagnose(component))
         print(json.dumps(rows[-1]), flush=True)
-    command = shlex.join(["python", "scripts/capstone_diagnosis.py", *(argv if argv is not None else sys.argv[1:])])
-    OUT.write_text(json.dumps({"command": command, "task": TASK, "bugs": rows}, indent=1) + "\n")
+    if argv if argv is not None else sys.argv[1:]:
+        return 0  # some of them: printed, not recorded
+    OUT.write_text(json.dumps({"command": "python scripts/capstone_diagnosis.py", "task": TASK,
+                               "bugs": [r for r in rows if r["component"] in PLANTED],
+                               "more": [r for r in rows if r["component"] in ALSO_PLANTED]}, indent=1) + "\n")
     return 0
 
 
