@@ -26,6 +26,8 @@ HARMLESS = ("importlib.metadata", "importlib.resources")
 CALLS = ("__import__", "breakpoint", "compile", "eval", "exec", "globals", "locals", "vars")
 # Built-ins that look an attribute up by name: fine with a fixed, ordinary name; not with a computed one.
 BY_NAME = ("getattr", "setattr", "delattr", "hasattr")
+# The same lookups by other routes (``operator``'s getters, the object protocol's own methods): any argument.
+GETTERS = ("attrgetter", "methodcaller", "__getattribute__", "__getattr__", "__setattr__", "__delattr__")
 # Attributes that open a function's, frame's or object's insides.
 ATTRIBUTES = ("__builtins__", "__closure__", "__code__", "__defaults__", "__dict__", "__func__", "__globals__",
               "__kwdefaults__", "__self__", "__subclasses__", "__wrapped__", "ag_frame", "cr_frame", "f_back",
@@ -113,6 +115,14 @@ def _findings(node: ast.AST, aliases: dict[str, str], suspects: dict[str, str]) 
             return [f"`.{node.attr}`"]
         if isinstance(node.value, ast.Name) and node.attr in MEMBERS.get(aliases.get(node.value.id, ""), ()):
             return [f"`{aliases[node.value.id]}.{node.attr}`"]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ATTRIBUTES:
+        return [f"`{node.value!r}`"]  # however it is looked up: attrgetter, __getattribute__, a dict
+    called = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else \
+        node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+    if called in GETTERS and not all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                     and not a.value.startswith("__")
+                                     for a in node.args[called.startswith("__") and len(node.args) > 1:]):
+        return [f"`{called}` with a name computed at run time or a special name"]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BY_NAME:
         name = node.args[1] if len(node.args) > 1 else None
         if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):

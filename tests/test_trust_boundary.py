@@ -232,6 +232,11 @@ _REACHING = {
     "exec": ("", "exec('import sys') is None"),
     "a function's globals": ("", "attention.__globals__ is not None"),
     "the conv1d stand-in's closure": ("import torch", "torch.conv1d.__closure__ is not None"),
+    "an attribute getter": ("import operator", "operator.attrgetter('__globals__')(attention) is not None"),
+    "an attribute getter, built at run time": ("from operator import attrgetter",
+                                               "attrgetter('__glo' + 'bals__')(attention) is not None"),
+    "object's own lookup": ("", "object.__getattribute__(attention, '__globals__') is not None"),
+    "a bound lookup of a name built at run time": ("", "attention.__getattribute__('__glo' + 'bals__') is not None"),
 }
 
 
