@@ -212,7 +212,7 @@ def gather_pieces(notebooks: list[Notebook | Unreadable], capstone: Notebook | N
                     found.sources[piece.name] = where
                     if dropped:
                         found.notes.append(f"{where}: your answer for `{piece.name}` imports from the course's "
-                                           f"package ({'; '.join(dropped)}); the capstone uses your own code "
+                                           f"package ({'; '.join(f'`{line}`' for line in dropped)}); the capstone uses your own code "
                                            "instead, so that line is left out")
         if piece.name in pasted:
             found.sources[piece.name] = "this notebook"

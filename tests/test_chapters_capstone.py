@@ -689,3 +689,31 @@ def test_every_line_of_the_capstones_verdicts_reads_in_chinese(monkeypatch):
     for line in lines:
         rendered = feedback_zh.render(line, "zh")
         assert not feedback_zh._prose(rendered), (line, rendered)
+
+
+@pytest.mark.fast
+def test_a_chinese_capstones_part_b_notes_and_weights_problems_are_chinese(tmp_path, monkeypatch):
+    """Part B of a notebook that records Chinese: the verdicts, the notes (an import left out, the published weights
+    told) and a weights file cut short are all written in Chinese, the numbers exact."""
+    from autograder.results import to_gradescope
+    from tests.test_feedback_zh import english_sentences
+
+    monkeypatch.setenv(spec.SENTENCES_ENV, "8")
+    harness.translation_data.cache_clear()
+    folder = tmp_path / "course"
+    shutil.copytree(SOLUTIONS, folder)
+    capstone = folder / "12_capstone" / "capstone.ipynb"
+    nb = nbformat.read(capstone, as_version=4)
+    nb.metadata["course"] = {"language": "zh"}
+    nbformat.write(nb, capstone)
+    texts = []
+    for cut in (False, True):
+        if cut:
+            weights = folder / "12_capstone" / "my_model" / "model.safetensors"
+            weights.write_bytes(weights.read_bytes()[:100_000])
+        results = to_gradescope(grade_path(folder, chapter="12", only="ch12.translation"))
+        texts += [t.get("output", "") for t in results["tests"]] + [results.get("output", "")]
+    harness.translation_data.cache_clear()
+    joined = "\n".join(texts)
+    assert "B 部分：你提交的权重是答案公开的权重" in joined and "权重文件被截断了" in joined, joined[:3000]
+    assert [s for text in texts for s in english_sentences(text)] == []

@@ -233,7 +233,7 @@ EXERCISES = (
         reference="tfm_solution.encoder_decoder:make_model",
         cases=translation_cases,
         prerequisites=PROCEDURES["translation"],
-        time_budget_s=600.0,
+        time_budget_s=300.0,
         runner="autograder.capstone:CapstoneRun",
     ),
 )
