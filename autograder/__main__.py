@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     package.add_argument("--wheels", help="folder of wheels to ship (default: download the pinned ones)")
     package.add_argument("--allow-unisolated", action="store_true",
                          help="the package grades even where workers cannot get the allowlist view")
+    package.add_argument("--released-through", type=int, metavar="NN",
+                         help="grade for a graded release through chapter NN (its run_autograder sets "
+                              "AUTOGRADER_RELEASED_THROUGH); default: the self-learner's course")
     package.set_defaults(run=lambda a: __import__("autograder.gradescope", fromlist=["run"]).run(a))
 
     graded = commands.add_parser("release", help="build a graded release: the notebooks and a student package "

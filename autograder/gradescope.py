@@ -72,7 +72,7 @@ for entry in "$ROOT"/*; do
 done
 chmod -R go-w "$ROOT/venv"
 cd "$ROOT/source"
-PYTHONPATH="$ROOT/source" exec "$ROOT/venv/bin/python" -m autograder grade "$ROOT/submission" \\
+{released}PYTHONPATH="$ROOT/source" exec "$ROOT/venv/bin/python" -m autograder grade "$ROOT/submission" \\
   --chapter {chapter} --results "$ROOT/results/results.json"{isolation}
 """
 
@@ -190,11 +190,19 @@ def packaged_salt() -> str:
         return ""
 
 
-def build(chapter: str, out: Path, wheels: Path | None = None, allow_unisolated: bool = False) -> Path:
+def build(chapter: str, out: Path, wheels: Path | None = None, allow_unisolated: bool = False,
+          released_through: int | None = None) -> Path:
     """Write the package for one chapter (= one Gradescope assignment); it grades nothing where workers cannot
-    get the allowlist view, unless ``allow_unisolated``."""
+    get the allowlist view, unless ``allow_unisolated``. ``released_through``: the cut-off of the graded release
+    it grades (``make release THROUGH=NN``); ``run_autograder`` sets ``AUTOGRADER_RELEASED_THROUGH`` to it, so
+    that its workers receive no reference of a later chapter. ``None``: the self-learner's course."""
     if not any(e.chapter.split("_")[0] == chapter.zfill(2) for e in REGISTRY):
         raise ValueError(f"no exercises for chapter {chapter!r}")
+    from autograder.release import LAST_CHAPTER
+
+    if released_through is not None and not 0 <= released_through <= LAST_CHAPTER:
+        raise ValueError(f"the release's cut-off must be a chapter number 0..{LAST_CHAPTER}, got {released_through}")
+    released = "" if released_through is None else f"export AUTOGRADER_RELEASED_THROUGH={released_through}\n"
     files = shipped_files()
     lines = requirements(files)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -204,7 +212,8 @@ def build(chapter: str, out: Path, wheels: Path | None = None, allow_unisolated:
         archive.writestr("requirements-grader.txt", "\n".join(lines) + "\n")
         for name, text in (("setup.sh", SETUP_SH),
                            ("run_autograder", RUN_AUTOGRADER.format(
-                               chapter=chapter.zfill(2), isolation="" if allow_unisolated else " --require-isolation"))):
+                               chapter=chapter.zfill(2), released=released,
+                               isolation="" if allow_unisolated else " --require-isolation"))):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o100755 << 16
             archive.writestr(info, text)
@@ -215,6 +224,7 @@ def build(chapter: str, out: Path, wheels: Path | None = None, allow_unisolated:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"gradescope-ch{args.chapter.zfill(2)}.zip")
-    build(args.chapter, out, Path(args.wheels) if args.wheels else None, args.allow_unisolated)
+    build(args.chapter, out, Path(args.wheels) if args.wheels else None, args.allow_unisolated,
+          getattr(args, "released_through", None))
     print(f"Gradescope package written to {out}; upload it as the assignment's autograder.")
     return 0
