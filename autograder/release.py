@@ -12,6 +12,9 @@
     resolve unchanged): the widgets, the data tools, the tokenizer, the course model's weights and
     the reference of chapters 1..THROUGH. Every answer of a later chapter is a stub that raises
     ``NotReleased`` (a ``NotImplementedError``), which the widgets and checks treat as a stub.
+    Where a notebook's figure, widget or check needs an unreleased answer, it runs the student's own; while
+    that is a stub, the cell shows the figure its committed notebook stored (``assets/stored_figures.json``)
+    and one line, "Stored figure: write `DecoderLayer` to make this figure live." (``viz.stored``).
 ``manifest.json``
     what was withheld, and why; what was left in on purpose (``handed_out``).
 
@@ -451,7 +454,8 @@ def find_answers(folder: Path, through: int, root: Path = ROOT, skipped: list[st
 # --- building a release -----------------------------------------------------------------------------
 
 _NOT_RELEASED = '''\
-"""What this release leaves out: the answers of chapters after {through:02d}, released after their deadlines."""
+"""The chapters whose answers this package holds: 1..RELEASED_THROUGH. A graded release holds those released so
+far (``python -m autograder release`` writes this file); later answers are released after their deadlines."""
 
 RELEASED_THROUGH = {through}
 
@@ -598,6 +602,18 @@ def _release_cell(root: Path, through: int) -> str | None:
     return release_cell(url.format(through=f"{through:02d}"))
 
 
+def stored_figures(through: int, root: Path = ROOT) -> dict[str, str]:
+    """The figures the committed notebooks of chapters after ``through`` stored, by cell (``tfm_solution._stored``): what
+    such a cell shows while an answer it needs is not released and the student's own is still a stub."""
+    from tfm_solution._stored import figures_of
+
+    found: dict[str, str] = {}
+    for notebook in sorted((root / "chapters").glob("[0-9][0-9]_*/*.ipynb")):
+        if int(notebook.parent.name[:2]) > through:
+            found.update(figures_of(json.loads(notebook.read_text())))
+    return found
+
+
 def build_release(through: int, out: Path, root: Path = ROOT) -> Release:
     """Write the release through chapter ``through`` into ``out/release-NN`` (replaced if it exists)."""
     start = time.monotonic()
@@ -612,6 +628,7 @@ def build_release(through: int, out: Path, root: Path = ROOT) -> Release:
     left_out = shutil.ignore_patterns("__pycache__", "*.pyc", *LEFT_OUT)
     shutil.copytree(root / PACKAGE, package, ignore=left_out)
     (package / "_release.py").write_text(_NOT_RELEASED.format(through=through))
+    (package / "assets" / "stored_figures.json").write_text(json.dumps(stored_figures(through, root), sort_keys=True))
 
     names = withheld(through, root)
     alive_before = _used_helpers(package)

@@ -52,3 +52,12 @@ __all__ = [
     "softmax_saturation",
     "subsequent_mask",
 ]
+
+from ._release import RELEASED_THROUGH as _RELEASED_THROUGH
+
+if _RELEASED_THROUGH < 12:  # a graded release: an unreleased answer's cell shows its stored figure and one line
+    # Imported by name: the widgets are no part of what the grader loads (nor ships: autograder.gradescope
+    # follows import statements), and the grader's own package holds every answer, so it never gets here.
+    import importlib as _importlib
+
+    _importlib.import_module(f"{__name__}.viz.stored").install()

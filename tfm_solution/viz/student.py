@@ -28,6 +28,10 @@ where the reader sees it:
   crashed; the widget falls back to the reference and says why;
 - **reference**: no student function was given (``None``, or the reference itself).
 
+In a graded release whose package does not hold the reference yet (it raises ``NotReleased``), the
+student's answer is used as it is; while it is a stub, :func:`resolve` raises ``NotReleased`` and the
+cell shows the stored figure with one line (:mod:`tfm_solution.viz.stored`).
+
 How the preview is recognised: the source of the cell that defined the function still contains
 nbgrader's ``### BEGIN SOLUTION`` marker. ``nbgrader generate_assignment`` removes that marker
 from every released notebook, so a student's function can never carry it.
@@ -44,6 +48,9 @@ from typing import Any
 
 import ipywidgets as widgets
 import torch
+
+from .._release import RELEASED_THROUGH, NotReleased
+from .stored import LAST_CHAPTER, unwritten
 
 #: The nbgrader marker that opens a solution region; it exists only in the course's solution notebooks.
 SOLUTION_MARKER = "### BEGIN SOLUTION"
@@ -142,6 +149,25 @@ def is_course_solution(obj: Any) -> bool:
     )
 
 
+def _not_released(reference: Callable[..., Any], probe: Callable[[Callable[..., Any]], Any]) -> NotReleased | None:
+    """The ``NotReleased`` a graded release's stub of ``reference`` raises; ``None`` where it is released."""
+    if RELEASED_THROUGH >= LAST_CHAPTER:
+        return None
+    own = getattr(inspect.unwrap(reference.__init__ if inspect.isclass(reference) else reference), "__code__", None)
+    if own is not None and "NotReleased" in own.co_names:  # the reference is a stub itself: its own chapter
+        chapter = [c for c in own.co_consts if type(c) is int]
+        if chapter:
+            return NotReleased(getattr(reference, "__name__", ""), chapter[-1])
+    try:
+        with torch.random.fork_rng(devices=[]):
+            probe(reference)
+    except NotReleased as error:
+        return error
+    except Exception:  # noqa: BLE001 - the reference ran: it is released
+        return None
+    return None
+
+
 def resolve(
     candidate: Callable[..., Any] | None,
     reference: Callable[..., Any],
@@ -169,11 +195,20 @@ def resolve(
     try:
         got = probe(candidate)
     except NotImplementedError:
+        missing = _not_released(reference, probe)
+        if missing is not None:  # a graded release: no reference to fall back on; the stored figure shows
+            raise unwritten(name, missing.chapter) from None
         return Resolved(reference, "reference", "stub", text["stub"].format(name=name))
     except Exception as error:  # noqa: BLE001 - any failure of student code means: fall back
+        if _not_released(reference, probe) is not None:
+            raise  # nothing to fall back on: the reader's own error, with its traceback
         message = text["error"].format(name=name, error=f"{type(error).__name__}: {error}")
         return Resolved(reference, "reference", "error", message)
-    agrees = _close(got, probe(reference))
+    try:
+        expected = probe(reference)
+    except NotReleased:  # a graded release before the reference's deadline: the reader's own answer, unchecked
+        return Resolved(candidate, "student", "ok", text["ok"].format(name=name))
+    agrees = _close(got, expected)
     if agrees and is_course_solution(candidate):
         return Resolved(reference, "reference", "preview", text["preview"].format(name=name))
     if agrees:
