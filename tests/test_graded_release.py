@@ -271,17 +271,10 @@ _IMPORTS = textwrap.dedent('''
 def test_a_fresh_install_of_the_release_resolves_every_import_and_holds_no_answer(built, tmp_path):
     """A venv of its own: the locked third-party packages (a path file to them, without the course's own editable
     install) and the release's wheel, installed from the file."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    (wheel,) = (built.folder / "wheel").glob("*.whl")
+    python = _fresh_venv(wheel, tmp_path)
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
-    locked = Path(subprocess.run([sys.executable, "-c", "import torch, pathlib; print(pathlib.Path(torch.__file__)"
-                                  ".parents[1])"], check=True, capture_output=True, text=True).stdout.strip())
-    (site / "locked.pth").write_text(f"{locked}\n")
-    (wheel,) = (built.folder / "wheel").glob("*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
-                    str(site), str(wheel)], check=True)
     names = {n: c for n, c in release.graded_references().items() if c > built.through}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COV_CORE_SOURCE")}
     done = subprocess.run([str(python), "-c", _IMPORTS, str(built.folder / "chapters"), json.dumps(names)],
@@ -354,3 +347,161 @@ def test_the_release_cell_installs_the_served_package_only():
     for bad in ('https://example.org/x"; import os', "http://example.org/x.whl", "file:///x.whl"):
         with pytest.raises(ValueError):
             release_cell(bad)
+
+
+# --- the notebooks of unreleased chapters: the student's own answer, else the stored figure and one line --------
+
+@pytest.mark.fast
+def test_the_self_learners_package_holds_every_answer_and_installs_no_handler():
+    from tfm_solution import _release
+    from tfm_solution.viz import stored
+
+    assert (ROOT / "tfm_solution" / "_release.py").read_text() == release._NOT_RELEASED.format(through=12)
+    assert _release.RELEASED_THROUGH == release.LAST_CHAPTER and not stored.install()
+
+
+@pytest.mark.fast
+def test_a_figure_whose_reference_is_not_released_runs_the_students_answer_or_stops_with_one_line(monkeypatch):
+    import torch
+
+    from tfm_solution import _stored
+    from tfm_solution._release import NotReleased
+    from tfm_solution.viz import stored, student
+    from tfm_solution.viz.language import set_language
+
+    def reference(x):
+        raise NotReleased("double", 7)
+
+    def stub(x):
+        raise NotImplementedError()
+
+    def double(x):
+        return 2 * x
+
+    probe = lambda fn: fn(torch.ones(2))  # noqa: E731
+    # the self-learner's course: the reference stands in for the stub (and here it raises, being a stand-in)
+    assert student.resolve(stub, reference, probe, "double").status == "stub"
+    monkeypatch.setattr(student, "RELEASED_THROUGH", 5)
+    with pytest.raises(NotReleased) as stopped:
+        student.resolve(stub, reference, probe, "double")
+    assert stopped.value.chapter == 7 and stopped.value.yours
+    used = student.resolve(double, reference, probe, "double")
+    assert used.fn is double and used.yours
+    assert stored.message(stopped.value, True) == "Stored figure: write `double` to make this figure live."
+    assert "chapter 08" in stored.message(NotReleased("make_model", 8), True)
+    set_language("zh")
+    try:
+        assert stored.message(stopped.value, True) == "存储的图：写出 `double`，这张图就会实时绘制。"
+        assert "第 08 章" in stored.message(NotReleased("make_model", 8), False)
+    finally:
+        set_language(None)
+    # the figures a release stores: a widget's first image, keyed by its cell's source
+    nb = json.loads(_notebook("07").read_text())
+    (cell,) = [c for c in nb["cells"] if c.get("id") == "a47fa8e7"]
+    figures = _stored.figures_of(nb)
+    assert _stored.cell_key("".join(cell["source"]) + "\n  ") in figures
+    assert set(release.stored_figures(6)) < set(release.stored_figures(5))
+
+
+def _fresh_venv(wheel: Path, where: Path) -> Path:
+    """A venv of its own: the locked third-party packages (a path file to them, without the course's own editable
+    install) and the release's wheel, installed from the file. Its python."""
+    venv = where / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    locked = Path(subprocess.run([sys.executable, "-c", "import torch, pathlib; print(pathlib.Path(torch.__file__)"
+                                  ".parents[1])"], check=True, capture_output=True, text=True).stdout.strip())
+    (site / "locked.pth").write_text(f"{locked}\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True)
+    return python
+
+
+_RUN = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    import nbformat
+    from nbclient import NotebookClient
+    stops = []
+    def done(cell, cell_index, execute_reply):
+        if execute_reply["content"].get("status") == "error":
+            stops.append([cell.get("id"), "raises-exception" in cell.metadata.get("tags", []),
+                          execute_reply["content"].get("ename")])
+    found = {}
+    for name in sys.argv[1:]:
+        path = Path(name)
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True, on_cell_executed=done,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                found[cell.get("id")] = [o.get("text", "") if o.output_type == "stream" else
+                                         sorted(o.get("data", {})) for o in cell.outputs]
+    print(json.dumps({"stops": stops, "outputs": found}))
+''')
+
+
+@pytest.mark.slow
+def test_chapters_6_to_11_run_from_a_release_through_05_with_stubs(tmp_path):
+    """A fresh venv holding only the release through chapter 5 runs the untouched notebooks of chapters 6-11 top to
+    bottom: a cell stops only where it is marked to (`raises-exception`: a visible test of an unwritten exercise,
+    or what needs it), never with a traceback of the package; a figure that needs an unreleased answer shows the
+    figure the chapter stored, and one line that says which answer makes it live."""
+    built = release.build_release(5, tmp_path / "dist")
+    (wheel,) = (built.folder / "wheel").glob("*.whl")
+    python = _fresh_venv(wheel, tmp_path)
+    notebooks = [str(next((built.folder / "chapters").glob(f"{c:02d}_*/*.ipynb"))) for c in range(6, 12)]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COV_CORE_SOURCE")}
+    done = subprocess.run([str(python), "-c", _RUN, *notebooks], capture_output=True, text=True, cwd=tmp_path,
+                          env={**env, "MPLBACKEND": "Agg", "TFM_LANGUAGE": "en"}, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    unmarked = [s for s in got["stops"] if not s[1]]
+    assert unmarked == [], unmarked
+    assert {ename for _, _, ename in got["stops"]} <= {"NotImplementedError", "NotReleased", "NameError"}
+    outputs = got["outputs"]
+    # chapter 7's LayerNorm explorer: the stored figure, then the line
+    assert outputs["a47fa8e7"] == [["image/png", "text/plain"], "Stored figure: write `LayerNorm` to make this "
+                                                                 "figure live.\n"]
+    assert "Stored figure: write `SublayerConnection` to make this figure live.\n" in outputs["e98d9a7c"]
+    # chapter 8's cross-attention explorer needs the course model, chapter 8's make_model
+    assert outputs["fe0112db"][-1] == ("Stored figure: it needs `make_model`, the answer of chapter 08, released "
+                                       "after that chapter's deadline.\n")
+    lines = [o for cell in outputs.values() for o in cell if isinstance(o, str)]
+    assert not any("Traceback" in line or "site-packages" in line for line in lines)
+
+
+@pytest.mark.fast
+def test_the_gradescope_package_of_a_release_grades_with_its_cut_off(tmp_path):
+    """`gradescope-zip --released-through NN`: the package's `run_autograder` grades with the release's cut-off
+    (`AUTOGRADER_RELEASED_THROUGH`), so its workers receive no reference of a chapter not yet released."""
+    import zipfile
+
+    from autograder import gradescope
+    from autograder.__main__ import main
+
+    def script(zip_path: Path) -> str:
+        with zipfile.ZipFile(zip_path) as archive:
+            return archive.read("run_autograder").decode()
+
+    assert main(["gradescope-zip", "--chapter", "6", "--released-through", "5", "--out", str(tmp_path / "a.zip")]) == 0
+    text = script(tmp_path / "a.zip")
+    assert "export AUTOGRADER_RELEASED_THROUGH=5\n" in text
+    assert text.index("AUTOGRADER_RELEASED_THROUGH") < text.index("exec ")
+    # run as Gradescope runs it, with the grader replaced by what prints the cut-off it received
+    root = tmp_path / "root"
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "source").mkdir()
+    (root / "venv" / "bin" / "python").write_text("#!/bin/sh\necho \"cut-off=$AUTOGRADER_RELEASED_THROUGH\"\n")
+    (root / "venv" / "bin" / "python").chmod(0o755)
+    (root / "run_autograder").write_text(text)
+    done = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "AUTOGRADER_ROOT": str(root)})
+    assert done.stdout.strip() == "cut-off=5", done.stderr
+    # the self-learner's package sets none; a cut-off that is no chapter is refused
+    gradescope.build("6", tmp_path / "b.zip")
+    assert "AUTOGRADER_RELEASED_THROUGH" not in script(tmp_path / "b.zip")
+    with pytest.raises(ValueError):
+        gradescope.build("6", tmp_path / "c.zip", released_through=13)
