@@ -124,7 +124,7 @@ def _held_out_pairs(task, eval_seed: int) -> list:
 
 
 REPLY = ("greedy", "cached", "forced", "tokens_per_s", "uncached_tokens_per_s", "train_cpu_s", "steps",
-         "planned_steps", "curve", "theirs", "changed", "kept_step", "repeatable", "unchanged", "cut_by")
+         "planned_steps", "curve", "theirs", "changed", "kept_step", "repeatable", "unchanged", "cut_by", "unchanged_count")
 """The entries of Part A's reply, in order (``sandboxed.drivers.capstone_reversal``)."""
 
 
@@ -193,17 +193,25 @@ def _accuracy(band: float, eval_seed: int, got) -> tuple[bool, list[str]]:
     frozen = _frozen(named)
     if band == spec.ACCURACY_BANDS[-1] and frozen and _number(named["changed"]) > 0:
         passed = False
-        lines.insert(0, f"training left {len(frozen)} of your model's parameter tensors exactly as they were "
-                        f"initialised ({_listed(frozen)}): no gradient ever reached them; full marks need every "
-                        "parameter to learn")
+        lines.insert(0, f"training left {_frozen_count(named, frozen)} of your model's parameter tensors exactly as "
+                        f"they were initialised ({_listed(frozen)}): no gradient ever reached them; full marks need "
+                        "every parameter to learn")
     return passed, lines
 
 
 def _frozen(named: dict) -> list[tuple[str, str]]:
-    """(parameter, class holding it) of each tensor training never changed, from the reply's ``unchanged``."""
-    found = (re.fullmatch(r"(\S+) \((\w+)\)", entry) for entry in named.get("unchanged") or ()
+    """(parameter, class holding it) of the tensors training never changed that the reply names (``unchanged``:
+    the first of them)."""
+    entries = named.get("unchanged")
+    found = (re.fullmatch(r"(\S+) \((\w+)\)", entry) for entry in (entries if isinstance(entries, tuple) else ())
              if isinstance(entry, str))
     return [(m.group(1), m.group(2)) for m in found if m]
+
+
+def _frozen_count(named: dict, frozen: list) -> int:
+    """How many tensors training never changed (the reply names only the first of them)."""
+    count = named.get("unchanged_count")
+    return count if type(count) is int and count >= len(frozen) else len(frozen)
 
 
 def _listed(frozen: list[tuple[str, str]], shown: int = 4) -> str:
@@ -601,7 +609,7 @@ class CapstoneRun(ExerciseRun):
             return None
         cut_by = [c for c in named.get("cut_by") or () if isinstance(c, str)]
         holding = [c for c in spec.COMPONENTS if cut_by and set(cut_by) <= set(c[2])]
-        fields = {"accuracy": accuracy, "count": len(frozen), "tensors": _listed(frozen)}
+        fields = {"accuracy": accuracy, "count": _frozen_count(named, frozen), "tensors": _listed(frozen)}
         if len(holding) != 1:
             classes = dict.fromkeys(holder for _, holder in frozen)
             return _say(self.language, "frozen_several", classes=", ".join(f"`{c}`" for c in classes), **fields)

@@ -2,6 +2,7 @@
 
     python scripts/capstone_diagnosis.py                  # every bug of ch12_capstone.PLANTED and ALSO_PLANTED
     python scripts/capstone_diagnosis.py attention loss   # some of them (printed, not recorded)
+    python scripts/capstone_diagnosis.py --merge loss     # some of them, replacing their rows in the record
 
 For each planted bug: does it pass its own chapter's visible tests (run here against the buggy answer,
 with the rest of that chapter's solution), and what does Part A's grader make of the solution's
@@ -128,12 +129,19 @@ def diagnose(component: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    chosen = (argv if argv is not None else sys.argv[1:]) or [*(c[0] for c in COMPONENTS), *ALSO_PLANTED]
+    args = list(argv if argv is not None else sys.argv[1:])
+    merge = "--merge" in args
+    chosen = [a for a in args if a != "--merge"] or [*(c[0] for c in COMPONENTS), *ALSO_PLANTED]
     rows = []
     for component in chosen:
         rows.append(diagnose(component))
         print(json.dumps(rows[-1]), flush=True)
-    if argv if argv is not None else sys.argv[1:]:
+    if merge:  # these rows replace theirs in the record, made by the same task and grader
+        recorded = json.loads(OUT.read_text())
+        assert recorded["task"] == json.loads(json.dumps(TASK)), "the record is of another task: rerun them all"
+        fresh = {r["component"]: r for r in rows}
+        rows = [fresh.get(r["component"], r) for r in recorded["bugs"] + recorded["more"]]
+    elif len(chosen) < len(COMPONENTS) + len(ALSO_PLANTED):
         return 0  # some of them: printed, not recorded
     OUT.write_text(json.dumps({"command": "python scripts/capstone_diagnosis.py", "task": TASK,
                                "bugs": [r for r in rows if r["component"] in PLANTED],

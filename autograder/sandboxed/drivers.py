@@ -49,6 +49,10 @@ def _located(exc: BaseException) -> RuntimeError:
     return RuntimeError(f"{type(exc).__name__}: {exc}{where}"[:2000])
 
 
+UNCHANGED_SENT = 32
+"""At most this many names of unchanged parameter tensors cross (the wire carries sequences of up to 64 items)."""
+
+
 def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     """Chapter 12, Part A: train the submission's own model with its own loop on the reversal task
     (``tfm_solution.capstone.train_reversal``), then decode held-out sequences with its greedy decoders.
@@ -60,7 +64,8 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     ``(the course loop's ids, their cached ids, teacher-forced predictions, cached tokens/s, uncached
     tokens/s, training CPU seconds, optimizer steps taken, planned steps, loss curve (chunks + 1, 2),
     their uncached ids, share of parameters changed, step of the kept weights, repeatable in evaluation, names of
-    the parameter tensors training never changed, the classes that cut the graph)``
+    the first ``UNCHANGED_SENT`` parameter tensors training never changed, the classes that cut the graph, how many
+    tensors it never changed)``
     (``autograder.capstone.REPLY`` names them).
     """
     import torch
@@ -78,7 +83,7 @@ def capstone_reversal(fn, args: list, classes: dict) -> tuple:
     return (found.greedy, found.cached, found.forced, found.tokens_per_s, found.uncached_tokens_per_s,
             trained.train_cpu_s, trained.steps, trained.planned_steps,
             torch.tensor(trained.curve, dtype=torch.float64), found.theirs, trained.changed, trained.kept_step,
-            found.repeatable, trained.unchanged, trained.cut_by)
+            found.repeatable, trained.unchanged[:UNCHANGED_SENT], trained.cut_by, len(trained.unchanged))
 
 
 def capstone_translation(fn, args: list, classes: dict):
