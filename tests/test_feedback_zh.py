@@ -222,3 +222,21 @@ def test_the_table_lines_up_chinese_names():
     lines = table(report).splitlines()
     assert lines[2].startswith("ch03.attention 隐藏用例：因果掩码") and lines[2].endswith("0/0.75  未通过")
     assert _width(lines[0]) - _width("结果") == _width(lines[2]) - _width("未通过")  # a CJK character is two columns
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("own", [["positional_encoding"], ["positional_encoding", "attention"]])
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_graded_releases_note_on_the_students_own_prerequisites_is_chinese(own, lost):
+    """In a graded release the student's own earlier answers stand in for unreleased references; the note that
+    says so (and names an earlier exercise that lost points) reads in Chinese, every variant."""
+    from autograder.grade import _own_note
+    from autograder.registry import by_id
+
+    exercise = by_id("ch02.PositionalEncoding")
+    tests = [TestResult(f"{by_id(i).id} hidden: a case", 0.0 if lost else 1.0, 1.0, "")
+             for i in ("ch02.positional_encoding", "ch03.attention")]
+    note = _own_note(exercise, own, Report(tests=tests))
+    assert ("lost points" in note) == lost
+    rendered = render(note, "zh")
+    assert not english_sentences(rendered), rendered
