@@ -868,8 +868,9 @@ def leak():
     driver.write_text(_WITHOUT_NAMESPACES + "import sys\nfrom autograder.__main__ import main\n"
                       "sys.exit(main(sys.argv[1:]))\n")
     # Without namespaces the package grades only when built with --allow-unisolated (a class the instructor trusts).
-    script = RUN_AUTOGRADER.format(chapter="03", isolation=" --require-isolation" if namespaces else "").replace(
-        "/autograder", ag).replace("-m autograder", str(driver)).replace("exec ", "")
+    script = RUN_AUTOGRADER.format(chapter="03", isolation=" --require-isolation" if namespaces else "",
+                                   released="").replace("/autograder", ag).replace("-m autograder", str(driver)).replace(
+        "exec ", "")
     run = contained(f"export GRADED_NAMESPACES={int(namespaces)}\n"
                     f"mount -t tmpfs -o mode=755 tmpfs /srv && cp -a \"$WORK/autograder\" /srv/\n"
                     f"mkdir -p {ag}/venv && mount --rbind {sys.prefix} {ag}/venv\n"
