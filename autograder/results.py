@@ -169,11 +169,17 @@ def _test(test: TestResult) -> dict:
             "status": test.status, "output": test.output, "output_format": "md", "visibility": test.visibility}
 
 
+GRADER_FAILED = "The autograder failed; your instructor has been shown the error."
+
+
 def error_results(message: str, execution_time: float = 0.0) -> dict:
     """Results for a run in which the grader itself failed: still valid, still visible. The message
-    (a traceback, a reason) may quote the submission: it is shown as code."""
+    (a traceback, a reason) may quote the submission: it is shown as code. The run may have failed before the
+    notebook's language was read, so the verdict is given in both languages (the line keeps the name the class
+    report looks for)."""
+    both = [GRADER_FAILED, render(GRADER_FAILED, "zh")]
     return {"score": 0.0, "execution_time": round(execution_time, 3),
-            "output": "The autograder failed; your instructor has been shown the error.", "output_format": "md",
+            "output": "\n\n".join(dict.fromkeys(both)), "output_format": "md",
             "tests": [{"name": ERROR_TEST, "score": 0.0, "max_score": 0.0, "status": "failed",
                        "output": fenced(message[-4000:], 4000), "output_format": "md", "visibility": "visible"}]}
 

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import jsonschema
 import nbformat
 import pytest
 import yaml
@@ -240,3 +241,13 @@ def test_a_graded_releases_note_on_the_students_own_prerequisites_is_chinese(own
     assert ("lost points" in note) == lost
     rendered = render(note, "zh")
     assert not english_sentences(rendered), rendered
+
+
+@pytest.mark.fast
+def test_a_run_that_failed_before_the_language_was_read_says_so_in_both_languages():
+    from autograder.results import GRADESCOPE_SCHEMA, error_results
+
+    results = error_results("Traceback\nOSError: disk on fire")
+    jsonschema.validate(results, GRADESCOPE_SCHEMA)
+    english, chinese = results["output"].split("\n\n")
+    assert "autograder failed" in english and not english_sentences(chinese) and "老师" in chinese
