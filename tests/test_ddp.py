@@ -106,4 +106,8 @@ def test_two_gloo_processes_with_a_time_limit_stop_at_the_same_step(tmp_path):
     assert finals[0]["step"] == finals[1]["step"] > 0
     assert finals[0]["epoch"] == finals[1]["epoch"]
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert logged[-1]["step"] == finals[0]["step"] and logged[-1].get("partial")
+    last = logged[-1]
+    assert last["step"] == finals[0]["step"] and last["epoch"] < 49, last  # the time limit stopped it, not the epochs
+    # A stop inside an epoch logs that epoch as partial; on a loaded machine the limit can fall on an epoch's end,
+    # and then the last line is that whole epoch (its steps a multiple of the first epoch's).
+    assert last.get("partial") or (not logged[0].get("partial") and last["step"] % logged[0]["step"] == 0), logged
