@@ -653,6 +653,17 @@ def test_the_graph_is_found_cut_where_the_planted_bug_cuts_it(component):
     assert found and set(found) <= set(classes), (found, classes)
 
 
+def _two_test_sentences(monkeypatch):
+    """Part B's test split as two sentences written here: the Chinese of its lines needs no Multi30k mirror."""
+    from tfm_solution.data import PAD, TokenizerPair, pad_batch
+
+    tokenizer = TokenizerPair.load(COURSE_MODEL_DIR)
+    pairs = [("Ein Hund läuft durch den Schnee.", "A dog runs through the snow."),
+             ("Zwei Kinder spielen Fußball.", "Two children play soccer.")]
+    sources = pad_batch([tokenizer.encode_src(de) for de, _ in pairs], PAD)
+    monkeypatch.setattr(harness, "translation_data", lambda: ([en for _, en in pairs], sources, tokenizer))
+
+
 @pytest.mark.fast
 def test_every_line_of_the_capstones_verdicts_reads_in_chinese(monkeypatch):
     """Each line Part A and Part B write (every variant: full marks, dropout on, frozen or unchanged parameters, a
@@ -678,12 +689,10 @@ def test_every_line_of_the_capstones_verdicts_reads_in_chinese(monkeypatch):
         differs[1][0, position] = (differs[1][0, position] + 1) % 10 + 4
         verdicts.append(spec.JUDGES["agreement"](1.0, seed, tuple(differs)))
     verdicts.append(spec.JUDGES["agreement"](1.0, seed, _reply(pairs)))
-    monkeypatch.setenv(spec.SENTENCES_ENV, "2")
-    harness.translation_data.cache_clear()
+    _two_test_sentences(monkeypatch)
     task = TranslationTask()
     got = torch.tensor([[task.bos, 20, 21, task.eos], [task.pad] * 4])
     verdicts += [spec.JUDGES["translates"](0.0, 0, got), spec.JUDGES["bleu"](spec.BLEU_BANDS[-1], 0, got)]
-    harness.translation_data.cache_clear()
     lines = [line for _, said in verdicts for text in said for line in text.splitlines()
              if line.strip() and not line.startswith(("```", "    (reference: "))]
     lines.append(harness.CapstoneRun._inputs_summary(SimpleNamespace(
@@ -701,8 +710,7 @@ def test_a_chinese_capstones_part_b_notes_and_weights_problems_are_chinese(tmp_p
     from autograder.results import to_gradescope
     from tests.test_feedback_zh import english_sentences
 
-    monkeypatch.setenv(spec.SENTENCES_ENV, "8")
-    harness.translation_data.cache_clear()
+    _two_test_sentences(monkeypatch)
     folder = tmp_path / "course"
     shutil.copytree(SOLUTIONS, folder)
     capstone = folder / "12_capstone" / "capstone.ipynb"
@@ -716,7 +724,6 @@ def test_a_chinese_capstones_part_b_notes_and_weights_problems_are_chinese(tmp_p
             weights.write_bytes(weights.read_bytes()[:100_000])
         results = to_gradescope(grade_path(folder, chapter="12", only="ch12.translation"))
         texts += [t.get("output", "") for t in results["tests"]] + [results.get("output", "")]
-    harness.translation_data.cache_clear()
     joined = "\n".join(texts)
     assert "B 部分：你提交的权重是答案公开的权重" in joined and "权重文件被截断了" in joined, joined[:3000]
     assert [s for text in texts for s in english_sentences(text)] == []
