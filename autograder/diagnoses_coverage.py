@@ -56,8 +56,10 @@ def missing(english: dict[str, str] | None = None, data: dict | None = None) -> 
 # --------------------------------------------------------------------------------------------
 # The rest of the grader's Chinese: translations/zh/grader.yml, read by autograder.feedback_zh
 
-GRADER_SOURCES = Path(__file__).resolve().parent
-"""The grader's modules, whose string literals hold the English of every template of ``grader.yml``."""
+GRADER_SOURCES = (*sorted(Path(__file__).resolve().parent.rglob("*.py")),
+                  Path(__file__).resolve().parents[1] / "tfm_solution" / "my_chapters.py")
+"""The grader's modules, and the chapters' loader it shares with the capstone notebook, whose string literals hold
+the English of every template of ``grader.yml``."""
 FIELD_NAMES = re.compile(r"\{(\w+)\}")
 """A field as the Chinese of a template writes it (without ``:text``)."""
 MIN_PIECE = 6
@@ -83,7 +85,7 @@ def case_texts() -> dict[str, str]:
 def _literals() -> str:
     """Every string literal of the grader's modules (an f-string's literal parts apart), one per line."""
     found = []
-    for path in sorted(GRADER_SOURCES.rglob("*.py")):
+    for path in GRADER_SOURCES:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 found.append(node.value)

@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from autograder.diagnoses_zh import LANGUAGES
 from autograder.feedback import code
 from autograder.registry import Exercise
+from tfm_solution.my_chapters import TOO_DEEP, is_test_cell, strip_magics  # the student's loader reads as the grader does
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # one notebook file (the course's are under 2 MB)
 MAX_SUBMISSION_BYTES = 50 * 1024 * 1024  # all notebooks of a submission together
@@ -43,8 +44,6 @@ MAX_ZIP_TOTAL_BYTES = 200 * 1024 * 1024
 MAX_FOLDER_ENTRIES = 2000  # files and folders looked at in a submitted folder
 MAX_FOLDER_DEPTH = 8
 MAX_NOTEBOOKS = 64
-_MAGIC = re.compile(r"^\s*[%!]")
-TOO_DEEP = "is nested too deeply to read (a very long expression, or deep nesting)"
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -209,9 +208,7 @@ def parse_notebook(name: str, data: bytes) -> Notebook | Unreadable:
             source = "".join(str(s) for s in source)
         meta = _meta(cell)
         grade_id = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
-        is_test = (meta.get("grade") is True and meta.get("solution") is not True) or (
-            "grade_in_notebook" in source or "BEGIN HIDDEN TESTS" in source)
-        cells.append(Cell(index, str(source), grade_id, is_test))
+        cells.append(Cell(index, str(source), grade_id, is_test_cell(meta, str(source))))
     return Notebook(name, cells, _language(nb))
 
 
@@ -318,11 +315,6 @@ def _read_zip(path: Path) -> list[Notebook | Unreadable]:
     return notebooks
 
 
-def _strip_magics(source: str) -> str:
-    """IPython magics and shell escapes are not Python; blank them, keeping line numbers."""
-    return "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
-
-
 def _defines(node: ast.stmt, name: str) -> bool:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return node.name == name
@@ -363,7 +355,7 @@ def extract(nb: Notebook, exercise: Exercise) -> Extraction:
     for cell in nb.cells:
         if cell.is_test:
             continue
-        source = _strip_magics(cell.source)
+        source = strip_magics(cell.source)
         try:
             tree = ast.parse(source)
             parsed.append((cell, tree.body, source))

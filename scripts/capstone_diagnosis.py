@@ -26,7 +26,8 @@ import nbformat
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from autograder.course_code import PREAMBLE, run_course  # noqa: E402
+from autograder.course_code import run_course  # noqa: E402
+from tfm_solution.my_chapters import PREAMBLE  # noqa: E402
 from autograder.exercises.ch12_capstone import ACCURACY_BANDS, ALSO_PLANTED, COMPONENTS, PLANTED, TASK  # noqa: E402
 from autograder.grade import grade_path  # noqa: E402
 
@@ -117,7 +118,7 @@ def diagnose(component: str) -> dict:
     named = re.search(r"\*\*Diagnosis: ([^*]+)\*\*", notes)
     runs = re.search(r"\((\d+) more training runs, (\d+) CPU seconds", notes)
     accuracy = re.search(r"exact match: ([\d.]+)%", top)
-    row = {"component": component, "bug": what, "visible_tests": visible_tests(grade_id, source) or "pass",
+    row = {"component": component, "answer_cell": grade_id, "bug": what, "visible_tests": visible_tests(grade_id, source) or "pass",
            "score": report.exercise_score("ch12.reversal"),
            "accuracy": float(accuracy.group(1)) / 100 if accuracy else None,
            "raised": None if accuracy else top.split("\n\n")[-1][:200],

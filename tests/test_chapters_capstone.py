@@ -22,7 +22,8 @@ import torch
 
 import tfm_solution
 from autograder import capstone as harness
-from autograder.course_code import PIECES, REQUIRED, gather, gather_pieces, is_stub, run_course
+from autograder.course_code import gather, gather_pieces, run_course
+from tfm_solution.my_chapters import PIECES, REQUIRED, is_stub
 from autograder.diagnoses_zh import CAPSTONE_ZH
 from autograder.exercises import ch12_capstone as spec
 from autograder.extract import read_submission
@@ -59,6 +60,49 @@ def test_the_solutions_hold_every_piece_the_capstone_uses():
     # chapter 5's answer imports `clones` from the course: left out, and said so
     assert any("from tfm_solution import clones" in n for n in found.notes)
     assert not any("tfm_solution" in c["source"] for c in found.chunks)
+
+
+@pytest.mark.fast
+def test_the_students_loader_knows_every_answer_the_registry_grades():
+    """The student's loader ships without the grader (``tfm_solution.my_chapters``), so its table of pieces is
+    written out: every graded exercise of chapters 1-11 is in it at its notebook and answer id, and the two practice
+    answers the capstone runs are in the solution notebooks under the ids it names."""
+    from autograder.registry import REGISTRY
+
+    graded = {(e.chapter, e.notebook, e.solution_grade_id, e.name) for e in REGISTRY if e.chapter < "12"}
+    listed = [(p.chapter, p.notebook, p.grade_id, p.name) for p in PIECES]
+    assert graded <= set(listed) and listed == sorted(listed, key=lambda p: p[0])
+    for chapter, notebook, grade_id, name in set(listed) - graded:
+        cells = nbformat.read(SOLUTIONS / chapter / notebook, as_version=4).cells
+        assert any(c.metadata.get("nbgrader", {}).get("grade_id") == grade_id and f"def {name}(" in c.source
+                   for c in cells), (chapter, name)
+
+
+@pytest.mark.fast
+def test_the_notebook_gathers_what_the_grader_gathers(tmp_path, monkeypatch):
+    """What ``load_my_chapters`` shows the student is what the grader grades: on a course with a chapter missing,
+    a stub, a syntax error and a working answer, both name the same sources and the same problems."""
+    from tfm_solution.my_chapters import load_my_chapters
+
+    course = _course_copy(tmp_path, drop="03_attention")
+    broken = {"ch07-layer-norm": "class LayerNorm(nn.Module):\n    def __init__(self, features, eps=1e-6):\n"
+                                 "        raise NotImplementedError\n",
+              "ch09-rate": "def rate(step, model_size, factor, warmup):\n    return (\n"}
+    for chapter in ("07_add_norm", "09_training"):
+        path = next((course / chapter).glob("*.ipynb"))
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            cell.source = broken.get(cell.metadata.get("nbgrader", {}).get("grade_id"), cell.source)
+        nbformat.write(nb, path)
+    (course / "12_capstone" / "capstone.ipynb").unlink()
+    grader = gather_pieces(read_submission(course), None)
+    monkeypatch.chdir(course / "12_capstone")
+    mine = load_my_chapters({}, quiet=True)
+    assert mine.sources == grader.sources and "LayerNorm" not in mine.sources and "attention" not in mine.sources
+    assert mine.problems[:len(grader.problems)] == grader.problems
+    assert any("`LayerNorm` is not implemented yet" in p for p in grader.problems)
+    assert any("`rate` has a syntax error" in p for p in grader.problems)
+    assert any("no answer for `attention` was found" in p for p in grader.problems)
 
 
 @pytest.mark.fast
@@ -281,9 +325,10 @@ def test_the_recorded_diagnosis_is_of_todays_bugs_and_names_each_one():
     assert record["task"] == json.loads(json.dumps(spec.TASK))
     rows = {row["component"]: row for row in record["bugs"]}
     assert list(rows) == list(spec.PLANTED)
-    for component, (_, bug, _) in spec.PLANTED.items():
+    for component, (answer_cell, bug, _) in spec.PLANTED.items():
         row = rows[component]
         assert row["bug"] == bug, f"{component}: declared since the record was made; rerun the script"
+        assert row["answer_cell"] == answer_cell, row
         assert row["named"] == component and row["right"], row
         assert row["score"] < by_id("ch12.reversal").points and row["runs"] <= 5
         # A model that learns anyway is named by what the harness measured (parameters that never changed),
@@ -293,9 +338,10 @@ def test_the_recorded_diagnosis_is_of_todays_bugs_and_names_each_one():
         assert (row["visible_tests"] == "pass") == (component in PASS_VISIBLE)
     more = {row["component"]: row for row in record["more"]}
     assert list(more) == list(spec.ALSO_PLANTED)
-    for component, (_, bug, says, _) in spec.ALSO_PLANTED.items():
+    for component, (answer_cell, bug, says, _) in spec.ALSO_PLANTED.items():
         row = more[component]
         assert row["bug"] == bug and row["says"] == says, f"{component}: declared since the record was made"
+        assert row["answer_cell"] == answer_cell, row
         assert row["right"] and row["score"] < by_id("ch12.reversal").points, row
 
 
@@ -608,7 +654,7 @@ def test_my_chapters_load_from_a_crowded_folder_and_from_colabs_content(tmp_path
     """The first cell read the whole folder above the notebook: on Colab (/content, whose parent is /) it refused
     "more than 2000 files and folders". It now reads the chapters at their exact places: the course's layout
     (chapter folders beside 12_capstone/), else the folder the notebook runs in (Colab's uploads)."""
-    from autograder.course_code import load_my_chapters
+    from tfm_solution.my_chapters import load_my_chapters
 
     course = tmp_path / "course"
     for chapter in {p.chapter for p in PIECES}:

@@ -77,6 +77,11 @@ class ReversalTask:
         return 4 + self.symbols
 
 
+ACCURACY_BANDS = (0.5, 0.8, 0.93)
+"""Part A's grading: a case per band of held-out exact match; full marks from 93%, at least three points below the
+worst of the correct courses of ``assets/capstone_seeds.json`` (20 training seeds each, ``scripts/capstone_seeds.py``)."""
+
+
 @dataclass
 class Trained:
     """A model trained on the task (``train_reversal``): the model (holding the weights of its best chunk), the
@@ -230,6 +235,19 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+TRAINING_PARTS = ("make_model", "Batch", "LabelSmoothing", "SimpleLossCompute", "rate", "train_with_accumulation")
+"""What a training run takes from the student's code (Parts A and B)."""
+
+
+def _needs(parts: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Stop with the notebook's own kind of error, naming every missing piece, before anything runs."""
+    missing = [name for name in names if name not in parts]
+    if missing:
+        raise NameError(f"name {missing[0]!r} is not defined: this runs your own "
+                        + ", ".join(f"`{name}`" for name in missing) + " (the first cell loads your chapters' "
+                        "answers; or write them in this notebook)")
+
+
 def train_reversal(parts: Mapping[str, Any], task: ReversalTask,
                    on_chunk: Callable[[int, float, nn.Module], None] | None = None) -> Trained:
     """Train ``parts["make_model"]``'s model on the reversal task with the student's loop.
@@ -240,6 +258,7 @@ def train_reversal(parts: Mapping[str, Any], task: ReversalTask,
     weights and the data: the same code trains the same model. ``on_chunk(step, loss, model)`` is called
     after each chunk with the held-out loss per token.
     """
+    _needs(parts, TRAINING_PARTS)
     with one_thread():
         return _train_reversal(parts, task, on_chunk)
 
@@ -352,6 +371,7 @@ def evaluate_reversal(parts: Mapping[str, Any], model: nn.Module, task: Reversal
     """``task.held_out`` unseen sequences drawn from ``eval_seed``, decoded from the student's model by the course's
     greedy loop (the graded accuracy: a decoder cannot answer for a model that did not learn), and by the student's
     ``greedy_decode`` and ``greedy_decode_cached`` (which must agree token for token)."""
+    _needs(parts, ("greedy_decode", "greedy_decode_cached"))
     with one_thread():
         return _evaluate_reversal(parts, model, task, eval_seed)
 
@@ -492,6 +512,7 @@ def translate_part_b(parts: Mapping[str, Any], weights: Mapping[str, torch.Tenso
     their model, their ``subsequent_mask`` and their ``beam_step``. Returns the best hypothesis of
     each sentence, ``(sentences, longest output)`` ids from ``<s>`` to ``</s>``, padded; the sentences left when
     ``task.cpu_budget_s`` ran out are rows of ``pad`` alone (no ``<s>``)."""
+    _needs(parts, ("make_model", "subsequent_mask", "beam_step"))
     with one_thread():
         torch.manual_seed(0)
         model = parts["make_model"](task.src_vocab, task.tgt_vocab, task.layers, task.d_model, task.d_ff,
@@ -540,6 +561,8 @@ def train_multi30k(parts: Mapping[str, Any], task: TranslationTask, epochs: int 
     """
     from .course_model import COURSE_MODEL_DIR
     from .data import TokenizerPair, load_multi30k, multi30k_dir, pad_batch, token_batches
+
+    _needs(parts, TRAINING_PARTS)
 
     tokenizer = TokenizerPair.load(COURSE_MODEL_DIR)
     folder = multi30k_dir(data_dir)
