@@ -238,6 +238,36 @@ EXERCISES = (
 
 # ----------------------------------------------------------------------------- planted bugs
 
+_MULTI_HEADED_ATTENTION = '''
+from torch import nn
+
+
+class MultiHeadedAttention(nn.Module):
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__()
+        assert d_model % h == 0
+        self.d_k = d_model // h
+        self.h = h
+        self.linears = clones(nn.Linear(d_model, d_model), 4)
+        self.attn = None
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            mask = mask.unsqueeze(1)
+        query, key, value = (split_heads(lin(x), self.h) for lin, x in zip(self.linears, (query, key, value)))
+        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
+        return self.linears[3](merge_heads(x))
+'''
+"""Chapter 5's answer cell, correct: two of the bugs below are this cell with one place changed."""
+
+
+def _changed(cell: str, old: str, new: str) -> str:
+    """``cell`` with its one occurrence of ``old`` written as ``new``."""
+    assert cell.count(old) == 1, old
+    return cell.replace(old, new)
+
+
 PLANTED: dict[str, tuple[str, str, str]] = {
     "masks": ("ch04-subsequent-mask", "a causal mask cut from a table of 8 positions: right for every length the "
               "visible tests try, wrong (a shape error) for the 11 positions of a reversal target", '''
@@ -260,28 +290,9 @@ def attention(query, key, value, mask=None, dropout=None):
     return torch.matmul(p_attn, value), p_attn
 '''),
     "multi-head attention": ("ch05-multiheaded-attention", "the projections computed under torch.no_grad(): W^Q, "
-                             "W^K and W^V never learn, and no gradient reaches the layer's input", '''
-from torch import nn
-
-
-class MultiHeadedAttention(nn.Module):
-    def __init__(self, h, d_model, dropout=0.1):
-        super().__init__()
-        assert d_model % h == 0
-        self.d_k = d_model // h
-        self.h = h
-        self.linears = clones(nn.Linear(d_model, d_model), 4)
-        self.attn = None
-        self.dropout = nn.Dropout(p=dropout)
-
-    def forward(self, query, key, value, mask=None):
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        with torch.no_grad():
-            query, key, value = (split_heads(lin(x), self.h) for lin, x in zip(self.linears, (query, key, value)))
-        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
-        return self.linears[3](merge_heads(x))
-'''),
+                             "W^K and W^V never learn, and no gradient reaches the layer's input",
+                             _changed(_MULTI_HEADED_ATTENTION, "        query, key, value = (split_heads(",
+                                      "        with torch.no_grad():\n            query, key, value = (split_heads(")),
     "feed-forward": ("ch06-positionwise-feed-forward", "the hidden layer detached: w_1 never learns and no gradient "
                      "goes back through the network", '''
 from torch import nn
@@ -542,27 +553,9 @@ def greedy_decode_cached(model, src, src_mask, max_len, start_symbol, end_symbol
 '''),
     "mask tiled across the batch": ("ch05-multiheaded-attention", "the mask repeated h times and viewed as (batch, h, "
                                     "...): right for a batch of one, another sequence's padding for the others",
-                                    "**Diagnosis: multi-head attention**", '''
-from torch import nn
-
-
-class MultiHeadedAttention(nn.Module):
-    def __init__(self, h, d_model, dropout=0.1):
-        super().__init__()
-        assert d_model % h == 0
-        self.d_k = d_model // h
-        self.h = h
-        self.linears = clones(nn.Linear(d_model, d_model), 4)
-        self.attn = None
-        self.dropout = nn.Dropout(p=dropout)
-
-    def forward(self, query, key, value, mask=None):
-        if mask is not None:
-            mask = mask.repeat(self.h, 1, 1).view(query.size(0), self.h, mask.size(-2), mask.size(-1))
-        query, key, value = (split_heads(lin(x), self.h) for lin, x in zip(self.linears, (query, key, value)))
-        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
-        return self.linears[3](merge_heads(x))
-'''),
+                                    "**Diagnosis: multi-head attention**",
+                                    _changed(_MULTI_HEADED_ATTENTION, "mask.unsqueeze(1)", "mask.repeat(self.h, 1, 1)"
+                                             ".view(query.size(0), self.h, mask.size(-2), mask.size(-1))")),
 }
 """Bugs that are not one component's failure to learn, each as (the answer cell it replaces, what it does, what the
 grade must say, the cell's code): a dropout left on in evaluation, a cached decoder that disagrees, a mask right only
