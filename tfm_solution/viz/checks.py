@@ -29,7 +29,7 @@ from . import feed_forward as ch6
 from . import multihead as ch5
 from . import norm as ch7
 from . import training as ch9
-from .student import resolve
+from .student import fixed_weights, resolve
 
 
 def _probe_conv1d(fn: Callable) -> torch.Tensor:
@@ -46,10 +46,7 @@ def _probe_encoder_layer(cls: Callable) -> torch.Tensor:
     def parts() -> tuple[MultiHeadedAttention, feed_forward.PositionwiseFeedForward]:
         return MultiHeadedAttention(2, d, 0.0), feed_forward.PositionwiseFeedForward(d, 16, 0.0)
 
-    state = EncoderLayer(d, *parts(), 0.0).state_dict()
-    layer = cls(d, *parts(), 0.0)
-    layer.load_state_dict(state)
-    layer.eval()
+    layer = fixed_weights(cls(d, *parts(), 0.0), 7)
     x = torch.randn(2, 5, d, generator=torch.Generator().manual_seed(7))
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, :]
     with torch.no_grad():

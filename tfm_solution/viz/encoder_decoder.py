@@ -34,7 +34,7 @@ from .diagram import _BLOCKS as BLOCKS
 from .diagram import architecture_diagram
 from .frames import FramePlayer, figure_png
 from .masks import FrameGrid
-from .student import Resolved, resolve
+from .student import Resolved, fixed_weights, resolve
 
 # --------------------------------------------------------------------------- the notes' example, by hand
 
@@ -133,12 +133,9 @@ def _make_model_kwargs() -> dict:
 
 
 def _probe_make_model(fn: Callable) -> torch.Tensor:
-    """Outputs of a small model built by ``fn`` with fixed weights (the reference's, seed 0)."""
+    """Outputs of a small model built by ``fn`` with fixed weights (``fixed_weights``, seed 0)."""
     torch.manual_seed(0)
-    state = reference_make_model(11, 13, N=2, d_model=16, d_ff=32, h=4, dropout=0.0).state_dict()
-    model = fn(11, 13, N=2, d_model=16, d_ff=32, h=4, dropout=0.0)
-    model.load_state_dict(state, strict=True)
-    model.eval()
+    model = fixed_weights(fn(11, 13, N=2, d_model=16, d_ff=32, h=4, dropout=0.0), 0)
     src = torch.tensor([[3, 4, 5, 6, 2]])
     tgt = torch.tensor([[0, 7, 8, 9]])
     with torch.no_grad():

@@ -23,7 +23,7 @@ from ..masks import subsequent_mask
 from .frames import figure_png
 from .masks import FrameGrid
 from .multihead import one_thread
-from .student import Resolved, resolve
+from .student import Resolved, fixed_weights, resolve
 
 
 @dataclass(frozen=True)
@@ -118,10 +118,9 @@ def hidden_activations(ffn_cls: Callable, trained: nn.Module, x: torch.Tensor) -
 
 
 def _probe_ffn(cls: Callable) -> torch.Tensor:
-    torch.manual_seed(7)
-    reference = PositionwiseFeedForward(8, 32, dropout=0.0).eval()
+    weights = fixed_weights(cls(8, 32, dropout=0.0), 7)
     x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(7))
-    return hidden_activations(cls, reference, x[0])
+    return hidden_activations(cls, weights, x[0])
 
 
 # --------------------------------------------------------------------------- which units fire where

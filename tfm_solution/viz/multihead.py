@@ -28,7 +28,7 @@ from ..multihead import merge_heads as reference_merge
 from ..multihead import split_heads as reference_split
 from .frames import FramePlayer, figure_png
 from .masks import FrameGrid
-from .student import Resolved, resolve
+from .student import Resolved, fixed_weights, resolve
 
 @contextmanager
 def one_thread() -> Iterator[None]:
@@ -337,11 +337,7 @@ def _task_frame(results: Sequence[TaskResult], i: int) -> bytes:
 
 def _probe_mha(cls: Callable) -> tuple[torch.Tensor, torch.Tensor]:
     """A small masked cross-attention call every correct ``MultiHeadedAttention`` answers alike."""
-    torch.manual_seed(7)
-    state = MultiHeadedAttention(2, 8, dropout=0.0).state_dict()
-    mha = cls(2, 8, dropout=0.0)
-    mha.load_state_dict(state)
-    mha.eval()
+    mha = fixed_weights(cls(2, 8, dropout=0.0), 7)
     g = torch.Generator().manual_seed(7)
     q, kv = torch.randn(2, 3, 8, generator=g), torch.randn(2, 5, 8, generator=g)
     keep = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, :]

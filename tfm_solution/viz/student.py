@@ -114,6 +114,19 @@ class Resolved:
         return widgets.HTML(f'<div style="color:{colour};margin:2px 0 6px 0">{html.escape(self.message)}</div>')
 
 
+def fixed_weights(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """``module`` with every parameter drawn from ``seed`` in the order of its name, uniform in
+    ``±1/sqrt(last dim)``: any two modules whose parameters have the same names and shapes get the same
+    weights, however they were built. A probe needs no reference to fix its weights (in a graded release
+    the reference may not be released yet). Returns ``module``, in evaluation mode."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, parameter in sorted(module.named_parameters()):
+            bound = parameter.shape[-1] ** -0.5 if parameter.dim() else 1.0
+            parameter.copy_((torch.rand(parameter.shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
+    return module.eval()
+
+
 def _close(a: Any, b: Any) -> bool:
     """Whether two results (tensors, or tuples of tensors) agree to float32 tolerance."""
     if isinstance(a, tuple | list) and isinstance(b, tuple | list):
