@@ -79,7 +79,8 @@ class ReversalTask:
 
 ACCURACY_BANDS = (0.5, 0.8, 0.93)
 """Part A's grading: a case per band of held-out exact match; full marks from 93%, at least three points below the
-worst of the correct courses of ``assets/capstone_seeds.json`` (20 training seeds each, ``scripts/capstone_seeds.py``)."""
+worst of the correct courses of ``assets/capstone_seeds.json`` (20 training seeds each,
+``scripts/capstone_seeds.py``)."""
 
 
 @dataclass
@@ -235,12 +236,11 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-TRAINING_PARTS = ("make_model", "Batch", "LabelSmoothing", "SimpleLossCompute", "rate", "train_with_accumulation")
-"""What a training run takes from the student's code (Parts A and B)."""
-
-
-def _needs(parts: Mapping[str, Any], names: Sequence[str]) -> None:
-    """Stop with the notebook's own kind of error, naming every missing piece, before anything runs."""
+def _needs(parts: Mapping[str, Any], names: Sequence[str] = ("make_model", "Batch", "LabelSmoothing",
+                                                             "SimpleLossCompute", "rate", "train_with_accumulation")
+           ) -> None:
+    """Stop with the notebook's own kind of error, naming every missing piece, before anything runs (by default:
+    what a training run, of Part A or B, takes from the student's code)."""
     missing = [name for name in names if name not in parts]
     if missing:
         raise NameError(f"name {missing[0]!r} is not defined: this runs your own "
@@ -258,7 +258,7 @@ def train_reversal(parts: Mapping[str, Any], task: ReversalTask,
     weights and the data: the same code trains the same model. ``on_chunk(step, loss, model)`` is called
     after each chunk with the held-out loss per token.
     """
-    _needs(parts, TRAINING_PARTS)
+    _needs(parts)
     with one_thread():
         return _train_reversal(parts, task, on_chunk)
 
@@ -562,7 +562,7 @@ def train_multi30k(parts: Mapping[str, Any], task: TranslationTask, epochs: int 
     from .course_model import COURSE_MODEL_DIR
     from .data import TokenizerPair, load_multi30k, multi30k_dir, pad_batch, token_batches
 
-    _needs(parts, TRAINING_PARTS)
+    _needs(parts)
 
     tokenizer = TokenizerPair.load(COURSE_MODEL_DIR)
     folder = multi30k_dir(data_dir)

@@ -194,7 +194,8 @@ def defined(cells: Sequence[CellLike]) -> set[str]:
 def _chapter_imports(cells: Sequence[CellLike], label: str) -> list[dict]:
     """The plain imports of a chapter notebook (``numpy``, ``torch.nn.functional as F``), not the course's."""
     return [{"label": label, "source": ast.unparse(n)} for cell in cells if not cell.is_test
-            for n in _parsed(cell.source) or () if isinstance(n, (ast.Import, ast.ImportFrom)) and not imports_course(n)]
+            for n in _parsed(cell.source) or ()
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and not imports_course(n)]
 
 
 def answer_cell(cells: Sequence[CellLike], piece: Piece) -> CellLike | None:

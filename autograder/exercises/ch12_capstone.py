@@ -181,7 +181,7 @@ PROCEDURES = {
                  "tfm_solution.capstone:Evaluation", "tfm_solution.capstone:held_out",
                  "tfm_solution.capstone:reversal_pairs", "tfm_solution.capstone:padded",
                  "tfm_solution.capstone:forced_predictions", "tfm_solution.capstone:course_greedy",
-                 "tfm_solution.capstone:repeatable", "tfm_solution.capstone:one_thread",
+                 "tfm_solution.capstone:repeatable", "tfm_solution.capstone:one_thread", "tfm_solution.capstone:_needs",
                  "tfm_solution.capstone:train_reversal", "tfm_solution.capstone:_train_reversal",
                  "tfm_solution.capstone:_holder", "tfm_solution.capstone:_cut_by",
                  "tfm_solution.capstone:evaluate_reversal", "tfm_solution.capstone:_evaluate_reversal"),
@@ -192,6 +192,7 @@ PROCEDURES = {
                     "tfm_solution.capstone:TranslationTask", "tfm_solution.capstone:weight_names",
                     "tfm_solution.capstone:padded", "tfm_solution.capstone:one_thread",
                     "tfm_solution.capstone:WithYourMask", "tfm_solution.capstone:load_weights",
+                    "tfm_solution.capstone:_needs",
                     "tfm_solution.capstone:translate_part_b"),
 }
 """The course's procedures each part runs in the worker (compiled, never installed over the student's names)."""
