@@ -10,8 +10,10 @@
     the student package, an installable project of its own (distribution
     ``transformer-course-student``, imported as ``tfm_solution`` so that the notebooks' imports
     resolve unchanged): the widgets, the data tools, the tokenizer, the course model's weights and
-    the reference of chapters 1..THROUGH. Every answer of a later chapter is a stub that raises
-    ``NotReleased`` (a ``NotImplementedError``), which the widgets and checks treat as a stub.
+    the reference of chapters 1..THROUGH. Every answer of a later chapter is a stub that calls the answer of
+    that name the running notebook defines (``NotReleased.stand_in``), or raises ``NotReleased`` (a
+    ``NotImplementedError``, which the widgets and checks treat as a stub) while there is none, it is still
+    the exercise's stub, or the call needs more of the reference than the exercise asks for.
     Where a notebook's figure, widget or check needs an unreleased answer, it runs the student's own; while
     that is a stub, the cell shows the figure its committed notebook stored (``assets/stored_figures.json``)
     and one line, "Stored figure: write `DecoderLayer` to make this figure live." (``viz.stored``).
@@ -457,18 +459,68 @@ _NOT_RELEASED = '''\
 """The chapters whose answers this package holds: 1..RELEASED_THROUGH. A graded release holds those released so
 far (``python -m autograder release`` writes this file); later answers are released after their deadlines."""
 
+import inspect
+import sys
+from collections.abc import Callable
+
 RELEASED_THROUGH = {through}
 
 
 class NotReleased(NotImplementedError):
     """A chapter's answer this release does not hold yet. A ``NotImplementedError``, as a stub is: the
-    widgets and checks then use your own answer, or show the stored figure until you have written it."""
+    widgets and checks then use your own answer, or show the stored figure until you have written it.
+    ``yours``: the answer is in your notebook, still the exercise's stub."""
 
-    def __init__(self, name: str, chapter: int) -> None:
-        self.name, self.chapter = name, chapter
+    def __init__(self, name: str, chapter: int, yours: bool = False) -> None:
+        self.name, self.chapter, self.yours = name, chapter, yours
         super().__init__(f"`{{name}}` is an exercise of chapter {{chapter:02d}}, whose reference is released after "
                          f"that chapter's deadline: write `{{name}}` in your notebook to use your own")
+
+    @classmethod
+    def stand_in(cls, name: str, chapter: int, defaults: dict | None = None) -> Callable:
+        """Your own ``name``, defined in the notebook you are running, called where the package would call the
+        reference this release does not hold yet. Raises ``NotReleased`` while you have not written it (not
+        defined in the notebook, or still the exercise's stub), or when the call needs more than the exercise
+        asked for: an argument the reference has and yours has not, at other than its ``defaults``."""
+        own = _notebook_namespace().get(name)
+        if not callable(own) or getattr(own, "__module__", None) != "__main__":
+            raise cls(name, chapter)
+
+        def call(*args, **kwargs):
+            try:
+                accepts = inspect.signature(own)
+            except ValueError:  # no signature to read: try the call as it is
+                accepts = None
+            for key in [k for k in kwargs if k in (defaults or {{}}) and _same(kwargs[k], defaults[k])]:
+                if kwargs[key] is None or (accepts is not None and key not in accepts.parameters):
+                    del kwargs[key]  # the reference's default: your own default stands for it
+            try:
+                if accepts is not None:
+                    accepts.bind(*args, **kwargs)
+            except TypeError:  # a feature of the reference beyond the exercise
+                raise cls(name, chapter) from None
+            try:
+                return own(*args, **kwargs)
+            except NotReleased:
+                raise
+            except NotImplementedError:  # the exercise's stub
+                raise cls(name, chapter, yours=True) from None
+        return call
+
+
+def _same(value, default) -> bool:
+    try:
+        return bool(value is default or value == default)
+    except Exception:  # noqa: BLE001 - a tensor, say: not a default
+        return False
+
+
+def _notebook_namespace() -> dict:
+    """The running notebook's names (IPython's user namespace), else those of the script run as ``__main__``."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return getattr(shell, "user_ns", None) or vars(sys.modules.get("__main__", sys))
 '''
+
 
 _PYPROJECT = '''\
 [build-system]
@@ -495,14 +547,37 @@ def _stub(node: ast.AST, chapter: int, depth: int) -> str:
     """The source of a stub standing for ``node`` (a top-level function or class)."""
     doc = ast.get_docstring(node, clean=False)
     body: list[ast.stmt] = [ast.Expr(ast.Constant(doc))] if doc else []
-    raise_ = ast.parse(f"raise NotReleased({node.name!r}, {chapter})").body
-    if isinstance(node, ast.ClassDef):
-        init = ast.parse("def __init__(self, *args, **kwargs):\n    pass").body[0]
-        init.body = raise_
-        stub = ast.ClassDef(node.name, node.bases, node.keywords, body + [init], [], type_params=[])
+    init = next((n for n in getattr(node, "body", ()) if isinstance(n, ast.FunctionDef) and n.name == "__init__"),
+                node)
+    args = getattr(init, "args", None) or ast.arguments([], [], None, [], [], None, [])
+    stand_in = f"NotReleased.stand_in({node.name!r}, {chapter}, {_constant_defaults(args)!r})"
+    if isinstance(node, ast.ClassDef):  # the instance is the reader's own class's, when it is written
+        new = ast.parse(f"def __new__(cls, *args, **kwargs):\n    return {stand_in}(*args, **kwargs)").body[0]
+        stub = ast.ClassDef(node.name, node.bases, node.keywords, body + [new], [], type_params=[])
     else:
-        stub = ast.FunctionDef(node.name, node.args, body + raise_, [], node.returns, type_params=[])
+        stub = ast.FunctionDef(node.name, node.args, body + [ast.Return(_call(stand_in, node.args))], [],
+                               node.returns, type_params=[])
     return ast.unparse(ast.fix_missing_locations(stub))
+
+
+def _constant_defaults(args: ast.arguments) -> dict:
+    """``{parameter: default}`` of the parameters whose default is a literal."""
+    with_defaults = list(zip((args.posonlyargs + args.args)[::-1], args.defaults[::-1]))
+    with_defaults += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+    return {a.arg: d.value for a, d in with_defaults if isinstance(d, ast.Constant)}
+
+
+def _call(function: str, args: ast.arguments) -> ast.Call:
+    """``function(...)`` passing on every parameter of ``args``: those without a default by position, the others
+    by name (so that ``NotReleased.stand_in`` can leave out those at their defaults)."""
+    call = ast.parse(f"{function}()", mode="eval").body
+    positional = args.posonlyargs + args.args
+    required = positional[:len(positional) - len(args.defaults)]
+    call.args = [ast.Name(a.arg) for a in required]
+    call.args += [ast.Starred(ast.Name(args.vararg.arg))] if args.vararg else []
+    call.keywords = [ast.keyword(a.arg, ast.Name(a.arg)) for a in positional[len(required):] + args.kwonlyargs]
+    call.keywords += [ast.keyword(None, ast.Name(args.kwarg.arg))] if args.kwarg else []
+    return call
 
 
 def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
@@ -531,7 +606,7 @@ def _replace(path: Path, names: dict[str, int], package: Path) -> list[str]:
 
 
 def _is_stub(node: ast.AST) -> bool:
-    return "NotReleased(" in ast.unparse(node)
+    return "NotReleased" in ast.unparse(node)
 
 
 def _uses(package: Path) -> dict[tuple[str, str], set[str]]:

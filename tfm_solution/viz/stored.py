@@ -1,7 +1,8 @@
 """A graded release's cells while an answer they need is not released yet: the stored figure, and one line.
 
-In a graded release (``python -m autograder release``) the answers of later chapters are stubs that raise
-``NotReleased``. A figure, a widget or a check of such a chapter runs the student's own answer instead
+In a graded release (``python -m autograder release``) the answers of later chapters are stubs that call the
+student's own answer of that name (``NotReleased.stand_in``), or raise ``NotReleased`` while there is none. A
+figure, a widget or a check of such a chapter runs the student's own answer instead
 (:func:`tfm_solution.viz.student.resolve`); while that answer is still a stub, or when the cell needs an
 answer of a chapter the student does not write here (the course model needs chapter 8's ``make_model``),
 the cell shows the figure the chapter's committed notebook stored for it, with one line in place of a
@@ -39,14 +40,12 @@ MESSAGES = {
 
 def unwritten(name: str, chapter: int) -> NotReleased:
     """The exception of a cell that needs the reader's own ``name`` (still a stub) where no reference is released."""
-    error = NotReleased(name, chapter)
-    error.yours = True
-    return error
+    return NotReleased(name, chapter, yours=True)
 
 
 def message(error: NotReleased, figure: bool) -> str:
     """The one line shown for ``error``, in the notebook's language."""
-    line = MESSAGES[(figure, bool(getattr(error, "yours", False)))].format(name=error.name, chapter=error.chapter)
+    line = MESSAGES[(figure, error.yours)].format(name=error.name, chapter=error.chapter)
     from .language import ENGLISH, current_language, table
 
     language = current_language()

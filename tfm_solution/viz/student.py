@@ -166,7 +166,8 @@ def _not_released(reference: Callable[..., Any], probe: Callable[[Callable[..., 
     """The ``NotReleased`` a graded release's stub of ``reference`` raises; ``None`` where it is released."""
     if RELEASED_THROUGH >= LAST_CHAPTER:
         return None
-    own = getattr(inspect.unwrap(reference.__init__ if inspect.isclass(reference) else reference), "__code__", None)
+    stub = vars(reference).get("__new__", reference.__init__) if inspect.isclass(reference) else reference
+    own = getattr(inspect.unwrap(getattr(stub, "__func__", stub)), "__code__", None)
     if own is not None and "NotReleased" in own.co_names:  # the reference is a stub itself: its own chapter
         chapter = [c for c in own.co_consts if type(c) is int]
         if chapter:
