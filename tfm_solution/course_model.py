@@ -31,6 +31,18 @@ def load_course_model(device: torch.device | str = "cpu", folder: Path = COURSE_
     return model, tokenizers
 
 
+def course_weights(folder: Path = COURSE_MODEL_DIR) -> dict[str, torch.Tensor]:
+    """The course model's weights (float16, as exported) under the names of the notes' ``make_model``: the model
+    ties its embeddings and output projection (``tie_embeddings``), so the one matrix stands under all three names.
+    Load them into a model built by any notes' ``make_model`` with ``tfm_solution.capstone.load_weights``."""
+    from safetensors.torch import load_file
+
+    weights = load_file(Path(folder) / "model.safetensors")
+    for shared in ("src_embed.0.lut.weight", "tgt_embed.0.lut.weight"):
+        weights.setdefault(shared, weights["generator.proj.weight"])
+    return weights
+
+
 def load_training_log(folder: Path = COURSE_MODEL_DIR) -> list[dict[str, Any]]:
     """The course model's metrics, one dict per epoch: ``epoch``, ``step``, ``train_loss``,
     ``val_loss``, ``lr``, ``seconds``, ``tokens_per_s`` and ``samples`` (five validation sentences

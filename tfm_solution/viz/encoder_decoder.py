@@ -25,7 +25,9 @@ from PIL import Image
 from torch import nn
 
 from ..attention import attention as reference_attention
-from ..course_model import course_model_config, load_course_model, load_training_log
+from ..capstone import load_weights
+from ..course_model import COURSE_MODEL_DIR, course_model_config, course_weights, load_course_model, load_training_log
+from ..data import TokenizerPair
 from ..data import BOS, EOS
 from ..encoder_decoder import EncoderDecoder
 from ..encoder_decoder import make_model as reference_make_model
@@ -158,13 +160,12 @@ def course_model_built_with(make_model_fn: Callable | None) -> tuple[EncoderDeco
     Returns:
         ``(model in eval mode, how it was resolved, tokenizer pair)``.
     """
-    course, tok = _course_model()
     used = resolve(make_model_fn, reference_make_model, _probe_make_model, "make_model")
-    model = course
-    if used.source == "student":
-        model = used.fn(**_make_model_kwargs())
-        model.load_state_dict(course.state_dict(), strict=True)
-        model.eval()
+    if used.source == "student":  # the course's weights, read from its file: no reference model needed
+        model = load_weights(used.fn(**_make_model_kwargs()), course_weights()).eval()
+        tok = TokenizerPair.load(COURSE_MODEL_DIR)
+    else:
+        model, tok = _course_model()
     for module in model.modules():
         if hasattr(module, "kernel"):
             module.kernel = "matmul"
