@@ -3,6 +3,7 @@ yet released, in its files or in what a grading worker receives."""
 
 from __future__ import annotations
 
+import ast
 import json
 import marshal
 import os
@@ -359,6 +360,61 @@ def test_the_self_learners_package_holds_every_answer_and_installs_no_handler():
     assert _release.RELEASED_THROUGH == release.LAST_CHAPTER and not stored.install()
 
 
+_REFERENCES = textwrap.dedent('''
+    from torch import nn
+
+
+    def rate(step, model_size, factor, warmup, *, guard=True):
+        """The reference, with an option the exercise does not ask for."""
+        return 0.0
+
+
+    class LayerNorm(nn.Module):
+        def __init__(self, features, eps=None, kind="notes"):
+            super().__init__()
+''')
+
+
+@pytest.mark.fast
+def test_an_unreleased_reference_calls_the_readers_own_answer_and_nothing_else(monkeypatch):
+    """Where the package's own code calls a reference the release does not hold, the stub calls the answer of that
+    name the reader's notebook defines (`NotReleased.stand_in`): at the reference's defaults the reader's own
+    defaults stand; a feature beyond the exercise, a missing answer, a stub of the exercise or a name that is the
+    package's own (imported, not written) is `NotReleased`, the stub's own marked as the reader's to write."""
+    from tfm_solution import _release
+
+    tree = ast.parse(_REFERENCES)
+    stubs = "from tfm_solution._release import NotReleased\nfrom torch import nn\n" + "\n".join(
+        release._stub(node, 9, 0) for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef)))
+    package: dict = {}
+    exec(compile(stubs, "package", "exec"), package)  # noqa: S102 - the stubs the build writes
+    notebook: dict = {}
+    monkeypatch.setattr(_release, "_notebook_namespace", lambda: notebook)
+    with pytest.raises(_release.NotReleased) as missing:
+        package["rate"](1, 512, 1.0, 4000)
+    assert (missing.value.name, missing.value.chapter, missing.value.yours) == ("rate", 9, False)
+    notebook["rate"] = package["rate"]  # imported from the package, not written: never called back
+    with pytest.raises(_release.NotReleased):
+        package["rate"](1, 512, 1.0, 4000)
+    exec("def rate(step, model_size, factor, warmup):\n    raise NotImplementedError()\n"  # noqa: S102
+         "class LayerNorm:\n    def __init__(self, features, eps=1e-6):\n        self.eps = eps\n", notebook)
+    for function in (notebook["rate"], notebook["LayerNorm"]):
+        function.__module__ = "__main__"
+    with pytest.raises(_release.NotReleased) as stub:
+        package["rate"](1, 512, 1.0, 4000)
+    assert stub.value.yours
+    exec("def rate(step, model_size, factor, warmup):\n    return step * factor\n", notebook)  # noqa: S102
+    notebook["rate"].__module__ = "__main__"
+    assert package["rate"](3, 512, 2.0, 4000) == 6.0 and package["rate"](3, 512, 2.0, 4000, guard=True) == 6.0
+    with pytest.raises(_release.NotReleased):
+        package["rate"](3, 512, 2.0, 4000, guard=False)  # the reference's option, not the exercise's
+    norm = package["LayerNorm"](4, kind="notes")
+    assert type(norm) is notebook["LayerNorm"] and norm.eps == 1e-6  # eps=None, the reference's default: theirs
+    assert package["LayerNorm"](4, eps=1e-3).eps == 1e-3
+    with pytest.raises(_release.NotReleased):
+        package["LayerNorm"](4, kind="torch")
+
+
 @pytest.mark.fast
 def test_a_figure_whose_reference_is_not_released_runs_the_students_answer_or_stops_with_one_line(monkeypatch):
     import torch
@@ -477,9 +533,8 @@ def test_chapters_6_to_12_run_from_a_release_through_05_with_stubs(release_05, t
     assert outputs["a47fa8e7"] == [["image/png", "text/plain"], "Stored figure: write `LayerNorm` to make this "
                                                                  "figure live.\n"]
     assert "Stored figure: write `SublayerConnection` to make this figure live.\n" in outputs["e98d9a7c"]
-    # chapter 8's cross-attention explorer needs the course model, chapter 8's make_model
-    assert outputs["fe0112db"][-1] == ("Stored figure: it needs `make_model`, the answer of chapter 08, released "
-                                       "after that chapter's deadline.\n")
+    # chapter 8's cross-attention explorer puts the course model's weights in the reader's make_model
+    assert outputs["fe0112db"][-1] == "Stored figure: write `make_model` to make this figure live.\n"
     lines = [o for cell in outputs.values() for o in cell if isinstance(o, str)]
     assert not any("Traceback" in line or "site-packages" in line for line in lines)
     loaded = "".join(outputs["cell-04"])
@@ -490,11 +545,14 @@ def test_chapters_6_to_12_run_from_a_release_through_05_with_stubs(release_05, t
 @pytest.mark.slow
 def test_each_chapter_runs_live_in_its_week_with_the_answers_written(tmp_path):
     """Week n: the release through chapter n-1, and chapter n with every answer written (the solution's; for
-    chapter 12, chapters 1-11 too, beside it). Everything that needs only released answers and the chapter's own
-    runs live: no figure is a stored one, and chapter 12 builds, trains and translates with the student's own
-    chapters, read by the package's loader. What needs a later chapter's answer (the course model is built by
-    chapter 8's `make_model`) stops, marked, saying which chapter releases it; and what follows from it."""
-    for chapter in (6, 12):  # weeks 7-11 not yet: a figure of chapter 7 computes with the reference `LayerNorm`
+    chapter 12, chapters 1-11 too, beside it). Everything that needs only released answers and the reader's own
+    runs live, the package's code calling the reader's answers where their references are not released
+    (`NotReleased.stand_in`); chapter 12 builds, trains and translates with the student's own chapters, read by the
+    package's loader. What needs a later chapter's answer (the course model is built by chapter 8's `make_model`)
+    stops, marked, or shows its stored figure, saying which chapter releases it; and so does what follows from it."""
+    beyond = {8: {"49e40643",   # the reference's layers, previewed above the exercise that asks for them
+                  "a17c551d"}}  # the paper's setting (Post-LN, one tied matrix): more than the exercise's make_model
+    for chapter in range(6, 13):
         built = release.build_release(chapter - 1, tmp_path / f"dist{chapter}")
         (wheel,) = (built.folder / "wheel").glob("*.whl")
         python = _fresh_venv(wheel, tmp_path / f"week{chapter}")
@@ -503,12 +561,12 @@ def test_each_chapter_runs_live_in_its_week_with_the_answers_written(tmp_path):
             (student,) = folder.glob("*.ipynb")
             solved_release(student, course / folder.name, _notebook(folder.name[:2], "solutions"))
         got = _run_chapters(python, [next(course.glob(f"{chapter:02d}_*/*.ipynb"))], tmp_path)
-        later = [stop for stop in got["stops"] if stop[2] == "NotReleased"]
+        later = [stop for stop in got["stops"] if stop[2] == "NotReleased" and stop[0] not in beyond.get(chapter, ())]
         assert all(int(re.search(r"of chapter (\d+)", stop[3])[1]) > chapter for stop in later), (chapter, later)
         assert all(stop[1] and stop[2] in ("NotReleased", "NameError") for stop in got["stops"]), (chapter, got["stops"])
         lines = [o for cell in got["outputs"].values() for o in cell if isinstance(o, str)]
         stored = [line for line in lines if line.startswith("Stored figure")]
-        assert all(int(re.search(r"of chapter (\d+)", line)[1]) > chapter for line in stored), (chapter, stored)
+        assert all((m := re.search(r"of chapter (\d+)", line)) and int(m[1]) > chapter for line in stored), stored
     assert got["stops"] == [] and got["outputs"]["cell-04"][-1].endswith("Every piece is there.\n")  # chapter 12
 
 
