@@ -4,6 +4,7 @@ through one table, the same for a running kernel and for the Chinese notebooks t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -153,10 +154,10 @@ def test_a_live_widget_speaks_chinese_in_a_chinese_notebook_and_stays_english_ot
     assert player.control.description == "掩码："
     assert player.control._options_labels == ("不加掩码", "填充掩码")
     assert (player.control.index, player.control.value) == (1, "padding mask")  # the same choice, the same value
-    assert player.stack.children[0].value == "<p>由参考实现 `attention` 绘制。</p>"
+    assert player.stack.children[0].value == "<p>由参考实现 <code>attention</code> 绘制。</p>"
     readout = player.children[0]
     readout.value = "<b>Drawn with your own `attention`.</b>"  # a readout that changes later (a monitor)
-    assert readout.value == "<b>由你自己的 `attention` 绘制。</b>"
+    assert readout.value == "<b>由你自己的 <code>attention</code> 绘制。</b>"
 
 
 def _chinese_widget_state(path: Path) -> tuple[dict, list[str]]:
@@ -182,6 +183,19 @@ def test_every_label_and_readout_of_the_chinese_notebooks_is_translated_and_ever
         assert chinese.metadata.get("widgets") == nb.metadata.get("widgets"), f"{path.parent.name}: run `make chapters`"
     assert untranslated == {}, "add these to tfm_solution/assets/widgets/zh.json"
     assert tr.stale_widget_entries(words) == []
+
+
+@pytest.mark.fast
+def test_the_chinese_widgets_set_names_as_code_not_in_backticks():
+    """A Chinese HTML readout shows a name as code (the page's text does the same), never with the Markdown
+    backticks of its table entry: "预览图由参考实现 `Batch` 绘制" read with literal backticks on every chapter."""
+    words = tr.widget_table()
+    assert words.html("<div>Drawn with the reference `Batch`.</div>") == "<div>由参考实现 <code>Batch</code> 绘制。</div>"
+    shown = [model["state"]["value"] for path in CHAPTER_NOTEBOOKS
+             for model in nbformat.read(REPO / tr.SITE / path.relative_to(REPO), as_version=4)
+             .metadata.get("widgets", {}).get(tr.WIDGET_STATE, {}).get("state", {}).values()
+             if isinstance(model["state"].get("value"), str) and model["state"].get("_model_name") == "HTMLModel"]
+    assert shown and not [value for value in shown if "`" in re.sub(r"<[^>]*>", "", value)]
 
 
 @pytest.mark.fast

@@ -47,6 +47,7 @@ LIST_TRAITS = ("_options_labels", "tooltips", "titles")
 TEXT_VALUE_MODELS = {"HTMLModel": True, "HTMLMathModel": True, "LabelModel": False}
 _LATIN = re.compile(r"[A-Za-z]")
 _TAG = re.compile(r"(<[^>]*>)")
+_CODE = re.compile(r"`([^`<>]+)`")
 
 #: A field of a pattern: ``{}`` any text, ``{#}`` a number (``1,024``, ``-1e9``, ``41.2%``).
 _FIELD = re.compile(r"\{#?\}")
@@ -185,13 +186,16 @@ class Table:
         return text if found is None else found
 
     def html(self, value: str, missing: list[str] | None = None) -> str:
-        """An HTML string with each text node translated; tags, attributes and entities stay as they are."""
+        """An HTML string with each text node translated but a name set as code; tags, attributes and entities stay
+        as they are."""
         parts = _TAG.split(value)
         for i in range(0, len(parts), 2):  # even positions are the text between tags
+            if i and parts[i - 1].lower() == "<code>" and re.fullmatch(r"[\w.]+", parts[i]):
+                continue  # `attention` is the function, never the word
             plain = html.unescape(parts[i])
             found = self.text(plain, missing)
-            if found != plain:
-                parts[i] = html.escape(found, quote=False)
+            if found != plain:  # a name in backticks is set as code, as the page's own text sets it
+                parts[i] = _CODE.sub(r"<code>\1</code>", html.escape(found, quote=False))
         return "".join(parts)
 
 
