@@ -222,3 +222,31 @@ def test_the_table_is_well_formed():
         chinese.format(*range(len(language._FIELD.findall(english))))
         assert chinese.strip() and chinese != english, english
     assert not set(data["strings"]) & set(data["live"])
+
+
+@pytest.mark.fast
+def test_the_checks_line_on_whose_code_runs_speaks_the_notebooks_language(capsys):
+    """`yours_or_reference` prints which code the cells below run: in a Chinese notebook, in Chinese, every form of
+    it (the stub, the error, the student's own) with the name kept as it is written."""
+    from tfm_solution.viz.checks import yours_or_reference
+
+    def rate(step, model_size, factor, warmup):
+        raise NotImplementedError()
+
+    language.set_language("zh")
+    yours_or_reference(rate)
+    assert capsys.readouterr().out == "你的 `rate` 还是桩代码，所以下面的单元格运行的是参考实现 `rate`。完成练习后再运行一次它们。\n"
+
+    def rate(step, model_size, factor, warmup):  # noqa: F811 - the student's next try
+        return 1 / 0
+
+    yours_or_reference(rate)
+    assert capsys.readouterr().out == ("你的 `rate` 抛出了 ZeroDivisionError: division by zero。下面的单元格改为运行参考实现 "
+                                       "`rate`。\n")
+    language.set_language("en")
+
+    def rate(step, model_size, factor, warmup):  # noqa: F811
+        return factor * model_size ** -0.5 * min(max(step, 1) ** -0.5, max(step, 1) * warmup ** -1.5)
+
+    yours_or_reference(rate)
+    assert capsys.readouterr().out == "The cells below run your own `rate`.\n"

@@ -119,6 +119,12 @@ def notebook_path() -> Path | None:
     return None
 
 
+def said(text: str) -> str:
+    """``text``, a line the package prints, in the language the notebook speaks (English where the table has none)."""
+    language = current_language()
+    return text if language == ENGLISH else table(language).text(text)
+
+
 def current_language() -> str:
     """The language the widgets speak now (see the module's docstring for the order of the sources)."""
     if _override is not None:

@@ -45,11 +45,9 @@ def unwritten(name: str, chapter: int) -> NotReleased:
 
 def message(error: NotReleased, figure: bool) -> str:
     """The one line shown for ``error``, in the notebook's language."""
-    line = MESSAGES[(figure, error.yours)].format(name=error.name, chapter=error.chapter)
-    from .language import ENGLISH, current_language, table
+    from .language import said
 
-    language = current_language()
-    return line if language == ENGLISH else table(language).text(line)
+    return said(MESSAGES[(figure, error.yours)].format(name=error.name, chapter=error.chapter))
 
 
 def _current_source(shell) -> str:
