@@ -1092,7 +1092,19 @@ def build_site(html: Path, root: Path = REPO, fresh: bool = False) -> str:
         raise RuntimeError("the Chinese site shows Markdown's markup as text:\n" + "\n".join(shown))
     shutil.rmtree(html / SITE, ignore_errors=True)
     shutil.copytree(work / "_build" / "html", html / SITE)
+    theme_in_chinese(html / SITE, settings(root).get("theme") or {})
     return log
+
+
+def theme_in_chinese(html: Path, words: dict[str, str]) -> None:
+    """Put the Chinese of the theme's own words (``theme`` in ``site.yml``) in their place on every built page."""
+    for page in html.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        changed = text
+        for english, chinese in words.items():
+            changed = changed.replace(english, chinese)
+        if changed != text:
+            page.write_text(changed, encoding="utf-8")
 
 
 def site_markup_problems(html: Path) -> list[str]:

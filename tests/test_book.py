@@ -337,6 +337,7 @@ def test_the_chinese_pages_are_chinese_except_what_is_pending(zh_site):
             assert "译文待补" in html, page
         else:
             assert "译文待补" not in html and CJK.search(title), (page, title)
+            assert not [w for w in ("Launch on", "Launch interactive", "列印") if w in html], page  # the theme's words
             assert len(chinese) >= 0.8 * len(paragraphs) > 0, (page, [p for p in paragraphs if not CJK.search(p)])
     for page in _toc_pages():
         assert widget_views_without_state((zh_site / page).read_text()) == [], page
