@@ -522,15 +522,20 @@ def translate_notebook(nb: nbformat.NotebookNode, shown: dict[str, str],
                        messages: dict[str, str] | None = None, words: Table | None = None,
                        missing_widgets: list[str] | None = None) -> nbformat.NotebookNode:
     """The notebook with each markdown cell's source replaced, the assert messages of its code cells outside
-    the graded regions (``messages``) and its widgets' text (the table ``words``, if given) translated; every
-    other byte is the English one's."""
+    the graded regions (``messages``), its widgets' text (the table ``words``, if given) and the lines the
+    package printed (``printed_lines``) translated; every other byte is the English one's."""
     from nbgrader.utils import compute_checksum
 
     contract = _contract()
     out = copy.deepcopy(nb)
     if words is not None:
         translate_widgets(out, words, missing_widgets)
+    printed = printed_lines() if words is not None else None
     for cell in out.cells:
+        if printed is not None and cell.cell_type == "code" and not graded(cell):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "stream":
+                    output.text = "".join(printed.lookup(line) or line for line in output.text.splitlines(keepends=True))
         if cell.cell_type == "code" and not graded(cell) and cell.id in shown:
             cell.source = translate_comments(cell.source, shown[cell.id])
         if cell.cell_type == "code" and (messages or cell.id in shown) and not graded(cell):
@@ -562,6 +567,13 @@ WIDGET_TABLE = Path("tfm_solution") / "assets" / "widgets" / f"{LANGUAGE}.json"
 def _language():
     """``tfm_solution.viz.language``: the one translator of widget text, for the live kernel and for zh/."""
     return _course_module("tfm_solution.viz.language")
+
+
+def printed_lines() -> Table:
+    """The lines the package prints itself (the table's ``live`` entries: whose code a cell ran, a stored figure):
+    a cell's printed output is data and stays as it is, but for these lines."""
+    data = json.loads((REPO / WIDGET_TABLE).read_text(encoding="utf-8"))
+    return _language().Table(data.get("live", {}))
 
 
 def widget_table() -> Table:

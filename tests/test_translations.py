@@ -145,13 +145,37 @@ def test_the_chinese_notebook_shares_every_code_cell_output_widget_and_grade_cel
         elif en.cell_type == "code":  # only comments and the asserts' messages may differ (and a locked cell's checksum)
             assert _code_shape(zh.source) == _code_shape(en.source), en.id
             assert _without_messages(_without_comments(zh.source)) == _without_messages(_without_comments(en.source)), en.id
-            assert {**zh, "source": "", "metadata": {}} == {**en, "source": "", "metadata": {}}, en.id
+            assert {**zh, "source": "", "metadata": {}, "outputs": []} == {**en, "source": "", "metadata": {}, "outputs": []}
+            assert _printed_apart(zh.outputs) == _printed_apart(en.outputs), en.id
+            for zh_line, en_line in _printed_lines(zh.outputs, en.outputs):  # the package's own lines, in Chinese
+                assert en_line.startswith(PRINTED) and CJK.search(zh_line), (en.id, en_line, zh_line)
+                assert re.findall(r"`[^`]*`", zh_line) == re.findall(r"`[^`]*`", en_line), (en.id, zh_line)
             assert _without_checksum(zh.metadata) == _without_checksum(en.metadata), en.id
         else:
             assert zh.metadata == en.metadata
             assert zh.source != en.source, f"{en.id} is not translated"
         if "checksum" in zh.metadata.get("nbgrader", {}):
             assert compute_checksum(zh) == zh.metadata.nbgrader.checksum, en.id
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+PRINTED = ("Here the cells below ran the reference", "The cells below run", "Your `", "Checked with the reference",
+           "Stored figure:", "Write `", "This cell needs")
+"""How each line the package prints itself begins (``yours_or_reference``, the stored figures): the one output a
+Chinese notebook may show in Chinese."""
+
+
+def _stream_lines(outputs: list) -> list[str]:
+    return [line for o in outputs if o.get("output_type") == "stream" for line in o["text"].splitlines()]
+
+
+def _printed_lines(zh: list, en: list) -> list[tuple[str, str]]:
+    return [(z, e) for z, e in zip(_stream_lines(zh), _stream_lines(en), strict=True) if z != e]
+
+
+def _printed_apart(outputs: list) -> list:
+    """The outputs with their stream text set aside (compared line by line on its own)."""
+    return [{**o, "text": len(o["text"].splitlines())} if o.get("output_type") == "stream" else o for o in outputs]
 
 
 def _code_shape(source: str) -> str:
@@ -373,3 +397,15 @@ def test_each_chapter_s_solution_scores_the_same_in_both_languages(tmp_path):
             assert found.error is None, (name, found.error)
             gathered[name] = [chunk["source"] for chunk in found.chunks]
         assert len(gathered["en"]) > 20 and gathered["zh"] == gathered["en"], exercise.id
+
+
+@pytest.mark.fast
+def test_the_lines_the_package_printed_read_in_chinese_on_the_chinese_pages():
+    """"Here the cells below ran the reference `rate`; ..." printed on chapters 5-9's Chinese pages in English: every
+    line the package prints itself is Chinese there, and the data around it is the English notebook's."""
+    printed = 0
+    for path in sorted((REPO / tr.SITE / "chapters").glob("*/*.ipynb")):
+        lines = [line for cell in nbformat.read(path, as_version=4).cells for line in _stream_lines(cell.get("outputs", []))]
+        assert not [line for line in lines if line.startswith(PRINTED)], path.parent.name
+        printed += sum(line.startswith("在本页，下面的单元格运行的是参考实现") for line in lines)
+    assert printed >= 10
