@@ -455,9 +455,13 @@ def find_answers(folder: Path, through: int, root: Path = ROOT, skipped: list[st
 
 # --- building a release -----------------------------------------------------------------------------
 
-_NOT_RELEASED = ((ROOT / PACKAGE / "_release.py").read_text().replace("{", "{{").replace("}", "}}")
-                 .replace(f"RELEASED_THROUGH = {LAST_CHAPTER}\n", "RELEASED_THROUGH = {through}\n"))
-"""The release's ``_release.py``: the self-learner's, holding every chapter, with the release's cut-off."""
+def _put_cut_off(release_file: Path, through: int) -> None:
+    """Make the copied self-learner's ``_release.py`` (every chapter released) the release's, cut at ``through``."""
+    every = f"RELEASED_THROUGH = {LAST_CHAPTER}\n"
+    text = release_file.read_text()
+    if text.count(every) != 1:
+        raise ValueError(f"{release_file} must set `{every.strip()}` exactly once")
+    release_file.write_text(text.replace(every, f"RELEASED_THROUGH = {through}\n"))
 
 
 _PYPROJECT = '''\
@@ -640,7 +644,7 @@ def build_release(through: int, out: Path, root: Path = ROOT) -> Release:
     package = package_root / PACKAGE
     left_out = shutil.ignore_patterns("__pycache__", "*.pyc", *LEFT_OUT)
     shutil.copytree(root / PACKAGE, package, ignore=left_out)
-    (package / "_release.py").write_text(_NOT_RELEASED.format(through=through))
+    _put_cut_off(package / "_release.py", through)
     (package / "assets" / "stored_figures.json").write_text(json.dumps(stored_figures(through, root), sort_keys=True))
 
     names = withheld(through, root)

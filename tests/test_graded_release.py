@@ -352,12 +352,20 @@ def test_the_release_cell_installs_the_served_package_only():
 # --- the notebooks of unreleased chapters: the student's own answer, else the stored figure and one line --------
 
 @pytest.mark.fast
-def test_the_self_learners_package_holds_every_answer_and_installs_no_handler():
+def test_the_self_learners_package_holds_every_answer_and_installs_no_handler(tmp_path):
     from tfm_solution import _release
     from tfm_solution.viz import stored
 
-    assert (ROOT / "tfm_solution" / "_release.py").read_text() == release._NOT_RELEASED.format(through=12)
     assert _release.RELEASED_THROUGH == release.LAST_CHAPTER and not stored.install()
+    # A release's file is this one with one line changed: the cut-off.
+    mine = (ROOT / "tfm_solution" / "_release.py").read_text().splitlines()
+    cut = tmp_path / "_release.py"
+    shutil.copy(ROOT / "tfm_solution" / "_release.py", cut)
+    release._put_cut_off(cut, 5)
+    changed = [(a, b) for a, b in zip(mine, cut.read_text().splitlines(), strict=True) if a != b]
+    assert changed == [("RELEASED_THROUGH = 12", "RELEASED_THROUGH = 5")]
+    with pytest.raises(ValueError, match="exactly once"):
+        release._put_cut_off(cut, 5)  # already cut: a second cut must not pass silently
 
 
 _REFERENCES = textwrap.dedent('''
